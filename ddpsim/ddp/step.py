@@ -1,0 +1,194 @@
+"""The per-rank DDP step on the event engine.
+
+Each rank runs two simpy processes: the compute stream (forward, backward segments, bucket
+copy-in kernels, the wait in ``finalize_backward``, copy-out, optimizer) and one communication
+stream that runs the rank's buckets strictly in index order. A bucket's all-reduce starts only
+when every rank has launched it (the collective is a rendezvous), and only after the compute
+issued before its launch (the NCCL stream waits on an event recorded at launch).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import simpy
+
+from ddpsim.ddp.buckets import Bucket
+
+# (env, bucket) -> a generator that runs the all-reduce once for all ranks
+AllReduceRunner = Callable[[simpy.Environment, Bucket], Generator[Any, Any, None]]
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """Per-step costs of one rank, in seconds, already scaled for this rank (jitter, straggler)."""
+
+    forward_s: float
+    backward_segments: tuple[tuple[float, tuple[int, ...]], ...]
+    optimizer_s: float
+    copy_in_s_per_param: tuple[float, ...]  # indexed like workload.params; 0 with gradient_as_bucket_view
+    copy_out_s: float
+    bucket_launch_s: float
+    hook_cast_in_s: tuple[float, ...]  # per bucket, on the compute stream (compression hooks)
+    hook_cast_out_s: tuple[float, ...]  # per bucket, on the comm stream after the all-reduce
+    pre_forward_s: float = 0.0  # buffer broadcast and find_unused_parameters' graph walk
+    compute_slowdown: float = 0.0
+    max_inflight_buckets: int | None = None
+
+
+@dataclass
+class RankTrace:
+    """What one rank did in one step; times are absolute simulation seconds."""
+
+    step_start_s: float = 0.0
+    forward_end_s: float = 0.0
+    backward_compute_end_s: float = 0.0
+    backward_end_s: float = 0.0
+    step_end_s: float = 0.0
+    compute_intervals: list[tuple[float, float, str]] = field(default_factory=list)
+    bucket_ready_s: dict[int, float] = field(default_factory=dict)
+    bucket_launch_s: dict[int, float] = field(default_factory=dict)
+    bucket_start_s: dict[int, float] = field(default_factory=dict)
+    bucket_end_s: dict[int, float] = field(default_factory=dict)
+
+
+class _CommActivity:
+    """Whether this rank's comm stream is running an all-reduce; compute slows down while it is."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.active = False
+        self.changed = env.event()
+
+    def set(self, active: bool) -> None:
+        if active != self.active:
+            self.active = active
+            changed, self.changed = self.changed, self.env.event()
+            changed.succeed()
+
+
+class Rendezvous:
+    """One all-reduce per bucket for the whole group: it starts when the last rank has joined."""
+
+    def __init__(self, env: simpy.Environment, world_size: int, runner: AllReduceRunner) -> None:
+        self.env, self.world_size, self.runner = env, world_size, runner
+        self._joined: dict[tuple[int, int], int] = {}
+        self._done: dict[tuple[int, int], simpy.Event] = {}
+        self.start_s: dict[tuple[int, int], float] = {}
+
+    def join(self, step: int, bucket: Bucket) -> simpy.Event:
+        key = (step, bucket.index)
+        done = self._done.setdefault(key, self.env.event())
+        self._joined[key] = self._joined.get(key, 0) + 1
+        if self._joined[key] == self.world_size:
+            self.start_s[key] = self.env.now
+            self.env.process(self._run(bucket, done))
+        return done
+
+    def _run(self, bucket: Bucket, done: simpy.Event) -> Generator[Any, Any, None]:
+        yield from self.runner(self.env, bucket)
+        done.succeed()
+
+
+def _work(env: simpy.Environment, seconds: float, comm: _CommActivity, slowdown: float) -> Generator:
+    """Run ``seconds`` of compute, stretched by (1 + slowdown) while an all-reduce is in flight."""
+    remaining = seconds
+    while remaining > 1e-15:
+        rate = 1.0 / (1.0 + slowdown) if comm.active and slowdown > 0 else 1.0
+        finish = env.timeout(remaining / rate)
+        if slowdown <= 0:
+            yield finish
+            return
+        started = env.now
+        result = yield finish | comm.changed
+        if finish in result:
+            return
+        remaining -= (env.now - started) * rate
+
+
+def rank_step(
+    env: simpy.Environment,
+    step: int,
+    costs: StepCosts,
+    buckets: Sequence[Bucket],
+    bucket_of_param: dict[int, int],
+    rendezvous: Rendezvous | None,
+    trace: RankTrace,
+) -> Generator[Any, Any, None]:
+    """One DDP step of one rank (the last micro-step when accumulating gradients)."""
+    comm = _CommActivity(env)
+    launched: simpy.Store = simpy.Store(env)
+    completions: dict[int, simpy.Event] = {b.index: env.event() for b in buckets}
+    trace.step_start_s = env.now
+
+    def compute(seconds: float, label: str) -> Generator:
+        if seconds <= 0:
+            return
+        start = env.now
+        yield from _work(env, seconds, comm, costs.compute_slowdown)
+        trace.compute_intervals.append((start, env.now, label))
+
+    def comm_stream() -> Generator:
+        for _ in buckets:
+            bucket = yield launched.get()
+            yield env.timeout(costs.bucket_launch_s)
+            if rendezvous is None:
+                trace.bucket_start_s[bucket.index] = env.now
+                trace.bucket_end_s[bucket.index] = env.now
+            else:
+                done = rendezvous.join(step, bucket)
+                comm.set(True)
+                yield done
+                trace.bucket_start_s[bucket.index] = rendezvous.start_s[(step, bucket.index)]
+                comm.set(False)
+                if costs.hook_cast_out_s[bucket.index] > 0:
+                    yield env.timeout(costs.hook_cast_out_s[bucket.index])
+                trace.bucket_end_s[bucket.index] = env.now
+            completions[bucket.index].succeed()
+
+    env.process(comm_stream())
+
+    yield from compute(costs.pre_forward_s, "ddp-pre-forward")
+    yield from compute(costs.forward_s, "forward")
+    trace.forward_end_s = env.now
+
+    pending = {b.index: len(b.param_indices) for b in buckets}
+    next_launch = 0
+    for duration_s, ready_params in costs.backward_segments:
+        yield from compute(duration_s, "backward")
+        for param in ready_params:
+            yield from compute(costs.copy_in_s_per_param[param], "copy-in")
+            bucket_index = bucket_of_param[param]
+            pending[bucket_index] -= 1
+            if pending[bucket_index] == 0:
+                trace.bucket_ready_s[bucket_index] = env.now
+        # launch strictly in index order: a ready bucket waits for every earlier one
+        while next_launch < len(buckets) and pending[next_launch] == 0:
+            bucket = buckets[next_launch]
+            yield from compute(costs.hook_cast_in_s[bucket.index], "hook-cast")
+            if costs.max_inflight_buckets is not None and next_launch >= costs.max_inflight_buckets:
+                # the launch path blocks until an earlier all-reduce has finished (seen on slow transports)
+                yield completions[next_launch - costs.max_inflight_buckets]
+            trace.bucket_launch_s[bucket.index] = env.now
+            launched.put(bucket)
+            next_launch += 1
+    trace.backward_compute_end_s = env.now
+
+    if buckets:
+        yield simpy.AllOf(env, list(completions.values()))
+    trace.backward_end_s = env.now
+    yield from compute(costs.copy_out_s, "copy-out")
+    yield from compute(costs.optimizer_s, "optimizer")
+    trace.step_end_s = env.now
+
+
+def accumulation_micro_step(
+    env: simpy.Environment, costs: StepCosts, trace: RankTrace
+) -> Generator[Any, Any, None]:
+    """A micro-step under ``no_sync()``: forward and backward only, no hooks, copies or communication."""
+    start = env.now
+    backward_s = sum(d for d, _ in costs.backward_segments)
+    yield env.timeout(costs.forward_s + backward_s)
+    trace.compute_intervals.append((start, env.now, "no_sync micro-step"))

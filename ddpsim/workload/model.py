@@ -1,0 +1,91 @@
+"""A model as the simulator sees it: parameter tensors in registration order, grouped in layers.
+
+Every source of workloads (the built-in zoo, the torch importer, a measured profile) produces a
+``Workload``. Compute cost is carried as FLOPs and bytes (turned into seconds by ``hardware``) or,
+for measured profiles, as measured seconds that override the estimate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+
+@dataclass(frozen=True)
+class ParamTensor:
+    """One parameter tensor that DDP reduces (``requires_grad``, shared tensors counted once)."""
+
+    name: str
+    numel: int
+    dtype: str = "float32"
+
+    @property
+    def bytes(self) -> int:
+        return self.numel * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A module whose own parameters (``recurse=False``) become ready together at the end of its backward.
+
+    ``forward_flops``/``backward_flops`` are per GPU for the configured batch; ``*_bytes`` are the
+    device-memory traffic of the layer's kernels (weights, activations in and out).
+    """
+
+    name: str
+    params: tuple[ParamTensor, ...] = ()
+    forward_flops: float = 0.0
+    backward_flops: float = 0.0
+    forward_bytes: float = 0.0
+    backward_bytes: float = 0.0
+    kernels: int = 1
+
+
+@dataclass(frozen=True)
+class MeasuredTimes:
+    """What the validation harness measured at world size 1 (the ``ddpsim.profile/1`` format).
+
+    ``grad_ready_s`` maps a parameter name to seconds from backward start until its gradient was
+    accumulated; ``ready_order`` lists parameter names in the order their hooks fired on the CPU,
+    which is the order DDP rebuilds its buckets in.
+    """
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    grad_ready_s: dict[str, float]
+    ready_order: tuple[str, ...]
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    """A model plus the per-GPU batch it runs on."""
+
+    name: str
+    layers: tuple[Layer, ...]
+    batch_size: int
+    precision: str = "fp32"
+    seq_len: int | None = None
+    activation_bytes: float = 0.0
+    buffer_bytes: int = 0
+    measured: MeasuredTimes | None = None
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def params(self) -> list[ParamTensor]:
+        """Parameters in registration order (the order DDP's initial buckets reverse)."""
+        return [p for layer in self.layers for p in layer.params]
+
+    @property
+    def n_params(self) -> int:
+        return sum(p.numel for p in self.params)
+
+    @property
+    def grad_bytes(self) -> int:
+        return sum(p.bytes for p in self.params)
+
+    @property
+    def tokens_per_sample(self) -> int | None:
+        return self.seq_len
