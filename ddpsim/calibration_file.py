@@ -1,0 +1,85 @@
+"""Read a calibration file (written by ``ddpsim calibrate``) and apply it to a scenario.
+
+A calibration holds, per link class, the fitted link bandwidth and latency and the protocol table,
+and the fitted DDP overhead terms. The scenario's link types pick the class: nvswitch and
+nvlink-ring use "nvlink", shm "shm", socket "socket", pcie "pcie".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import replace
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario.schema import OverheadSpec, Scenario
+
+SCHEMA = "ddpsim.calibration/1"
+LINK_CLASS_OF_INTRA_TYPE = {
+    "nvswitch": "nvlink",
+    "nvlink-ring": "nvlink",
+    "shm": "shm",
+    "socket": "socket",
+    "pcie": "pcie",
+}
+
+
+def read_calibration(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ScenarioError("calibration file not found", file=path, field="calibration") from None
+    except json.JSONDecodeError as exc:
+        raise ScenarioError(f"not valid JSON (line {exc.lineno})", file=path, field="calibration") from None
+    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+        raise ScenarioError(f"expected schema '{SCHEMA}'", file=path, field="schema")
+    if not isinstance(data.get("link_classes"), dict):
+        raise ScenarioError("expected a 'link_classes' mapping", file=path, field="link_classes")
+    return data
+
+
+def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
+    """Return the scenario with calibrated link and overhead values, and the protocol table (or None)."""
+    if scenario.calibration_path is None:
+        return scenario, None
+    path = scenario.calibration_path
+    if not os.path.isabs(path):
+        path = os.path.join(scenario.base_dir, path)
+    data = read_calibration(path)
+    link_class = LINK_CLASS_OF_INTRA_TYPE[scenario.cluster.intra_node.type]
+    fitted = data["link_classes"].get(link_class)
+    if fitted is None:
+        known = ", ".join(sorted(data["link_classes"]))
+        raise ScenarioError(
+            f"has no fit for link class '{link_class}' (it has: {known})", file=path, field="link_classes"
+        )
+    intra = replace(
+        scenario.cluster.intra_node,
+        bandwidth_Bps=float(fitted["bandwidth_Bps"]),
+        latency_s=float(fitted["latency_s"]),
+    )
+    overheads = scenario.overheads
+    fitted_overheads = data.get("overheads", {}).get(link_class)
+    if fitted_overheads:
+        overheads = OverheadSpec(
+            bucket_launch_s=float(fitted_overheads.get("bucket_launch_s", overheads.bucket_launch_s)),
+            copy_bandwidth_Bps=fitted_overheads.get("copy_bandwidth_Bps", overheads.copy_bandwidth_Bps),
+            compute_slowdown=float(fitted_overheads.get("compute_slowdown", overheads.compute_slowdown)),
+            max_inflight_buckets=fitted_overheads.get("max_inflight_buckets", overheads.max_inflight_buckets),
+        )
+    cluster = replace(scenario.cluster, intra_node=intra)
+    protocol_table = _protocol_table(fitted.get("protocol_table"), path)
+    return replace(scenario, cluster=cluster, overheads=overheads), protocol_table
+
+
+def _protocol_table(data: Any, path: str) -> Any:
+    if data is None:
+        return None
+    from ddpsim.collectives import ProtocolTable
+
+    try:
+        return ProtocolTable.from_dict(data)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ScenarioError(f"bad protocol table: {exc}", file=path, field="link_classes.protocol_table") from None

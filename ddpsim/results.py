@@ -1,0 +1,108 @@
+"""The Result of a simulated step: breakdown, per-bucket and per-link records, JSON and Chrome trace."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class BucketRecord:
+    """One bucket of the simulated steady-state step; times in seconds from the step's start."""
+
+    index: int
+    bytes: int  # bytes the all-reduce moves (after a compression hook)
+    grad_bytes: int
+    n_params: int
+    ready_s: float
+    launch_s: float
+    start_s: float
+    end_s: float
+
+
+@dataclass(frozen=True)
+class LinkRecord:
+    link: str
+    busy_s: float
+    utilization: float
+
+
+@dataclass
+class Result:
+    """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract."""
+
+    scenario: str
+    model: str
+    gpu: str
+    world_size: int
+    nodes: int
+    gpus_per_node: int
+    algorithm: str
+    protocol: str
+    mode: str
+    bucket_cap_mb: float | None
+    step_time_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    comm_time_s: float
+    exposed_comm_s: float
+    compute_only_s: float
+    copy_s: float
+    buckets: list[BucketRecord]
+    links: list[LinkRecord] = field(default_factory=list)
+    step_times_s: list[float] = field(default_factory=list)
+    critical_rank: int = 0
+    samples_per_s: float = 0.0
+    tokens_per_s: float | None = None
+    memory_bytes: dict[str, float] = field(default_factory=dict)
+    gpu_memory_bytes: float = 0.0
+    fits_in_memory: bool = True
+    warnings: list[str] = field(default_factory=list)
+    events: int = 0
+    wall_s: float = 0.0
+    rank_timelines: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False)
+
+    @property
+    def overlap_fraction(self) -> float:
+        """Share of communication hidden behind compute."""
+        if self.comm_time_s <= 0:
+            return 1.0
+        return max(0.0, 1.0 - self.exposed_comm_s / self.comm_time_s)
+
+    def percentile_s(self, q: float) -> float:
+        times = sorted(self.step_times_s) or [self.step_time_s]
+        position = (len(times) - 1) * q / 100.0
+        low = int(position)
+        high = min(low + 1, len(times) - 1)
+        return times[low] + (times[high] - times[low]) * (position - low)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("rank_timelines")
+        data["schema_version"] = SCHEMA_VERSION
+        data["overlap_fraction"] = self.overlap_fraction
+        data["step_time_p50_s"] = self.percentile_s(50)
+        data["step_time_p95_s"] = self.percentile_s(95)
+        data["step_time_p99_s"] = self.percentile_s(99)
+        return data
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """Chrome/Perfetto trace: one process per rank, a compute and a comm thread each."""
+        events: list[dict[str, Any]] = []
+        for rank, intervals in sorted(self.rank_timelines.items()):
+            events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "compute"}})
+            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "nccl"}})
+            for start, end, label in intervals:
+                tid = 1 if label.startswith("all-reduce") else 0
+                events.append(
+                    {"ph": "X", "name": label, "pid": rank, "tid": tid, "ts": start * 1e6, "dur": (end - start) * 1e6}
+                )
+        return {"traceEvents": events, "displayTimeUnit": "ms"}

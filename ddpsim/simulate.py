@@ -1,0 +1,301 @@
+"""Wire a Scenario into the event engine and return a Result. Seeds are passed in; no globals."""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+import simpy
+
+from ddpsim.ddp.buckets import Bucket, bucket_layout
+from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
+from ddpsim.hardware.catalog import GPUSpec, get_gpu
+from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
+from ddpsim.results import BucketRecord, LinkRecord, Result
+from ddpsim.scenario.schema import Scenario
+from ddpsim.workload.model import Workload
+from ddpsim.workload.resolve import load_workload
+
+DETAILED_MAX_GPUS = 64  # auto mode simulates every rank and every transfer up to this size
+_COPY_EFFICIENCY = 0.7  # share of peak memory bandwidth an elementwise copy kernel reaches
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """Everything a step simulation needs, built once per scenario (sweeps reuse it)."""
+
+    scenario: Scenario
+    workload: Workload
+    gpu: GPUSpec
+    compute: StepCompute
+    buckets: tuple[Bucket, ...]
+    topology: Any
+    collectives: Any
+
+
+def prepare(scenario: Scenario) -> Prepared:
+    """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
+    from ddpsim.calibration_file import apply_calibration
+    from ddpsim.collectives import CollectiveModel
+    from ddpsim.topology import build_topology
+
+    scenario, protocol_table = apply_calibration(scenario)
+    workload = load_workload(scenario.workload, scenario.base_dir)
+    gpu = get_gpu(scenario.cluster.gpu)
+    compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
+    buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp))
+    topology = build_topology(scenario.cluster)
+    if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
+        _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
+    collectives = CollectiveModel(topology, protocol_table)
+    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives)
+
+
+def _degrade_first_hop(topology: Any, gpus_per_node: int, factor: float) -> None:
+    # rank 0's first hop towards another node (or another GPU of its node) is the degraded link
+    peer = gpus_per_node if topology.world_size > gpus_per_node else 1
+    link = topology.route(0, peer).link_ids[0]
+    topology.capacity_Bps[link] *= factor
+
+
+def _copy_bandwidth_Bps(scenario: Scenario, gpu: GPUSpec) -> float:
+    if scenario.overheads.copy_bandwidth_Bps is not None:
+        return scenario.overheads.copy_bandwidth_Bps
+    return gpu.memory_bandwidth_Bps * _COPY_EFFICIENCY
+
+
+def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
+    scenario, workload, gpu = prep.scenario, prep.workload, prep.gpu
+    world = scenario.cluster.world_size
+    ddp, overheads = scenario.ddp, scenario.overheads
+    params = workload.params
+    copy_Bps = _copy_bandwidth_Bps(scenario, gpu)
+    communicating = world > 1
+    if communicating and not ddp.gradient_as_bucket_view:
+        # mul_out into the bucket view when each gradient's hook fires: read grad + write bucket
+        copy_in = tuple(2 * p.bytes / copy_Bps + gpu.kernel_launch_s for p in params)
+        copy_out = sum(2 * p.bytes / copy_Bps + gpu.kernel_launch_s for p in params)
+    else:
+        copy_in = tuple(0.0 for _ in params)
+        copy_out = 0.0
+    hooked = communicating and ddp.comm_hook != "none"
+    cast_in = tuple(
+        (b.grad_bytes + b.wire_bytes) / copy_Bps + 2 * gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
+    )
+    cast_out = tuple(
+        (b.grad_bytes + b.wire_bytes) / copy_Bps + gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
+    )
+    pre_forward = 0.0
+    if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
+        pre_forward += allreduce_time_s(workload.buffer_bytes)
+    if communicating and ddp.find_unused_parameters:
+        # graph walk over every parameter plus the all-reduce of the used-parameter bitmap
+        pre_forward += len(params) * 1e-6 + allreduce_time_s(4 * len(params))
+    return StepCosts(
+        forward_s=prep.compute.forward_s,
+        backward_segments=prep.compute.backward_segments,
+        optimizer_s=prep.compute.optimizer_s,
+        copy_in_s_per_param=copy_in,
+        copy_out_s=copy_out,
+        bucket_launch_s=overheads.bucket_launch_s if communicating else 0.0,
+        hook_cast_in_s=cast_in,
+        hook_cast_out_s=cast_out,
+        pre_forward_s=pre_forward,
+        compute_slowdown=overheads.compute_slowdown if communicating else 0.0,
+        max_inflight_buckets=overheads.max_inflight_buckets,
+    )
+
+
+def _scaled(costs: StepCosts, factor: float) -> StepCosts:
+    if factor == 1.0:
+        return costs
+    from dataclasses import replace
+
+    return replace(
+        costs,
+        forward_s=costs.forward_s * factor,
+        backward_segments=tuple((d * factor, ready) for d, ready in costs.backward_segments),
+        optimizer_s=costs.optimizer_s * factor,
+    )
+
+
+def _resolve_mode(scenario: Scenario) -> str:
+    mode = scenario.simulation.mode
+    if mode == "auto":
+        return "detailed" if scenario.cluster.world_size <= DETAILED_MAX_GPUS else "fast"
+    return mode
+
+
+def simulate(scenario: Scenario | Prepared) -> Result:
+    """Simulate ``simulation.iterations`` steady-state steps and return the Result."""
+    wall_start = time.perf_counter()
+    prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
+    sc = prep.scenario
+    world = sc.cluster.world_size
+    mode = _resolve_mode(sc)
+    model = prep.collectives
+    spec_alg, spec_proto = sc.collective.algorithm, sc.collective.protocol
+    largest = max((b.wire_bytes for b in prep.buckets), default=0)
+    algorithm, protocol = model.choose(largest, spec_alg, spec_proto) if world > 1 else ("none", "none")
+
+    def allreduce_time_s(n_bytes: float) -> float:
+        alg, proto = model.choose(n_bytes, spec_alg, spec_proto)
+        return model.allreduce_time_s(n_bytes, alg, proto)
+
+    env = simpy.Environment()
+    network = None
+    if mode == "detailed" and world > 1:
+        from ddpsim.network import FlowNetwork
+
+        network = FlowNetwork(env, prep.topology.capacity_Bps)
+
+    def runner(env_: simpy.Environment, bucket: Bucket) -> Generator[Any, Any, None]:
+        alg, proto = model.choose(bucket.wire_bytes, spec_alg, spec_proto)
+        if network is not None:
+            yield from model.allreduce_process(env_, network, bucket.wire_bytes, alg, proto)
+        else:
+            yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
+
+    base = _base_costs(prep, allreduce_time_s)
+    sim = sc.simulation
+    per_rank = mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
+    ranks = list(range(world)) if per_rank else [0]
+    rendezvous = Rendezvous(env, len(ranks), runner) if world > 1 else None
+    rng = random.Random(sim.seed)
+    sigma = math.sqrt(math.log1p(sim.jitter_cv**2)) if sim.jitter_cv > 0 else 0.0
+    bucket_of_param = {p: b.index for b in prep.buckets for p in b.param_indices}
+    traces: dict[int, list[RankTrace]] = {r: [] for r in ranks}
+
+    def rank_process(rank: int) -> Generator[Any, Any, None]:
+        for step in range(sim.iterations):
+            factor = math.exp(rng.gauss(-sigma * sigma / 2, sigma)) if sigma > 0 else 1.0
+            if rank == sim.straggler_rank:
+                factor *= sim.straggler_slowdown
+            costs = _scaled(base, factor)
+            trace = RankTrace()
+            for _ in range(sc.ddp.grad_accumulation_steps - 1):
+                yield from accumulation_micro_step(env, costs, trace)
+            yield from rank_step(env, step, costs, prep.buckets, bucket_of_param, rendezvous, trace)
+            traces[rank].append(trace)
+
+    for rank in ranks:
+        env.process(rank_process(rank))
+    env.run()
+    return _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start)
+
+
+def _union_length(intervals: list[tuple[float, float]]) -> float:
+    total = 0.0
+    current: list[float] | None = None
+    for start, stop in sorted(intervals):
+        if current is None or start > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = [start, stop]
+        else:
+            current[1] = max(current[1], stop)
+    if current is not None:
+        total += current[1] - current[0]
+    return total
+
+
+def _exposed(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> float:
+    """Time the comm stream is busy while the compute stream is not."""
+    return _union_length(comm + compute) - _union_length(compute)
+
+
+def _result(
+    prep: Prepared,
+    mode: str,
+    algorithm: str,
+    protocol: str,
+    traces: dict[int, list[RankTrace]],
+    network: Any,
+    wall_s: float,
+) -> Result:
+    sc, workload = prep.scenario, prep.workload
+    world = sc.cluster.world_size
+    iterations = sc.simulation.iterations
+    ends = [max(traces[r][i].step_end_s for r in traces) for i in range(iterations)]
+    step_times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, iterations)]
+    critical = max(traces, key=lambda r: traces[r][-1].backward_compute_end_s)
+    last = traces[0][-1]
+    t0 = last.step_start_s
+    compute = [(a, b) for a, b, label in last.compute_intervals if a >= t0]
+    comm = [(last.bucket_start_s[b.index], last.bucket_end_s[b.index]) for b in prep.buckets]
+    copy_s = sum(b - a for a, b, label in last.compute_intervals if a >= t0 and label.startswith("copy"))
+    buckets = [
+        BucketRecord(
+            index=b.index,
+            bytes=b.wire_bytes,
+            grad_bytes=b.grad_bytes,
+            n_params=b.n_params,
+            ready_s=last.bucket_ready_s[b.index] - t0,
+            launch_s=last.bucket_launch_s[b.index] - t0,
+            start_s=last.bucket_start_s[b.index] - t0,
+            end_s=last.bucket_end_s[b.index] - t0,
+        )
+        for b in prep.buckets
+    ]
+    step_time = sorted(step_times)[len(step_times) // 2] if iterations > 1 else step_times[0]
+    samples = workload.batch_size * sc.ddp.grad_accumulation_steps * world
+    memory = memory_per_gpu(workload, gradient_as_bucket_view=sc.ddp.gradient_as_bucket_view)
+    warnings = []
+    fits = memory["total"] <= prep.gpu.memory_bytes
+    if not fits:
+        warnings.append(
+            f"plain DDP does not fit: {memory['total'] / 1e9:.1f} GB needed per GPU, "
+            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 1e9:.0f} GB (shard with FSDP/ZeRO)"
+        )
+    links: list[LinkRecord] = []
+    if network is not None:
+        busy = network.busy_time_s
+        total = max(ends[-1], 1e-30)
+        order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
+        links = [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total) for i in order if busy[i] > 0]
+    timelines = {}
+    for rank, rank_traces in traces.items():
+        intervals = [iv for t in rank_traces for iv in t.compute_intervals]
+        intervals += [
+            (t.bucket_start_s[b.index], t.bucket_end_s[b.index], f"all-reduce bucket {b.index}")
+            for t in rank_traces
+            for b in prep.buckets
+        ]
+        timelines[rank] = intervals
+    forward_s = last.forward_end_s - t0
+    return Result(
+        scenario=sc.source,
+        model=workload.name,
+        gpu=prep.gpu.name,
+        world_size=world,
+        nodes=sc.cluster.nodes,
+        gpus_per_node=sc.cluster.gpus_per_node,
+        algorithm=algorithm,
+        protocol=protocol,
+        mode=mode,
+        bucket_cap_mb=sc.ddp.bucket_cap_mb,
+        step_time_s=step_time,
+        forward_s=forward_s,
+        backward_s=last.backward_compute_end_s - last.forward_end_s,
+        optimizer_s=prep.compute.optimizer_s,
+        comm_time_s=sum(b - a for a, b in comm),
+        exposed_comm_s=_exposed(comm, compute) if world > 1 else 0.0,
+        compute_only_s=prep.compute.forward_s + prep.compute.backward_s + prep.compute.optimizer_s,
+        copy_s=copy_s,
+        buckets=buckets,
+        links=links,
+        step_times_s=step_times,
+        critical_rank=critical,
+        samples_per_s=samples / step_time,
+        tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
+        memory_bytes=memory,
+        gpu_memory_bytes=prep.gpu.memory_bytes,
+        fits_in_memory=fits,
+        warnings=warnings,
+        wall_s=wall_s,
+        rank_timelines=timelines,
+    )
