@@ -1,0 +1,5 @@
+import sys
+
+from ddpsim.cli import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tables, Markdown and matplotlib figures, made from Results only (nothing here re-simulates)."""

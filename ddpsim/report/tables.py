@@ -1,0 +1,84 @@
+"""Plain-text tables for the terminal and Markdown reports."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ddpsim.results import Result
+from ddpsim.units import format_bytes, format_time
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], markdown: bool = False) -> str:
+    cells = [[str(c) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
+    if markdown:
+        lines = ["| " + " | ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True)) + " |"]
+        lines.append("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        lines += ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in cells]
+        return "\n".join(lines)
+    lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
+    lines.append("  ".join("-" * w for w in widths))
+    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
+    return "\n".join(lines)
+
+
+def summary_rows(result: Result) -> list[tuple[str, str]]:
+    cap = "default (25 MiB, first 1 MiB)" if result.bucket_cap_mb is None else f"{result.bucket_cap_mb:g} MiB"
+    rows = [
+        ("model", result.model),
+        ("cluster", f"{result.nodes} x {result.gpus_per_node} {result.gpu} ({result.world_size} GPUs)"),
+        ("all-reduce", f"{result.algorithm} / {result.protocol}" if result.world_size > 1 else "none (1 GPU)"),
+        ("bucket_cap_mb", cap),
+        ("buckets", str(len(result.buckets))),
+        ("step time", format_time(result.step_time_s)),
+        ("  forward", format_time(result.forward_s)),
+        ("  backward (compute + copies)", format_time(result.backward_s)),
+        ("  optimizer", format_time(result.optimizer_s)),
+        ("communication (all buckets)", format_time(result.comm_time_s)),
+        ("  exposed (not hidden by compute)", format_time(result.exposed_comm_s)),
+        ("  overlap", f"{100 * result.overlap_fraction:.0f}%"),
+        ("compute-only step", format_time(result.compute_only_s)),
+        ("throughput", f"{result.samples_per_s:,.0f} samples/s"),
+    ]
+    if result.tokens_per_s:
+        rows.append(("", f"{result.tokens_per_s:,.0f} tokens/s"))
+    if len(result.step_times_s) > 1:
+        rows.append(
+            (
+                "step p50 / p95 / p99",
+                " / ".join(format_time(result.percentile_s(q)) for q in (50, 95, 99)),
+            )
+        )
+        rows.append(("critical-path rank", str(result.critical_rank)))
+    rows.append(
+        (
+            "memory per GPU",
+            f"{result.memory_bytes.get('total', 0) / 1e9:.1f} GB of {result.gpu_memory_bytes / 1e9:.0f} GB"
+            + ("" if result.fits_in_memory else "  DOES NOT FIT"),
+        )
+    )
+    rows.append(("simulation", f"{result.mode} mode, {result.wall_s:.2f} s wall"))
+    return rows
+
+
+def summary_table(result: Result, markdown: bool = False) -> str:
+    return table(("quantity", "value"), summary_rows(result), markdown)
+
+
+def bucket_table(result: Result, markdown: bool = False, limit: int = 40) -> str:
+    rows = [
+        (
+            b.index,
+            format_bytes(b.bytes),
+            b.n_params,
+            format_time(b.ready_s),
+            format_time(b.start_s),
+            format_time(b.end_s),
+            format_time(b.end_s - b.start_s),
+        )
+        for b in result.buckets[:limit]
+    ]
+    text = table(("bucket", "bytes", "params", "ready", "start", "end", "all-reduce"), rows, markdown)
+    if len(result.buckets) > limit:
+        text += f"\n... {len(result.buckets) - limit} more buckets in result.json"
+    return text
