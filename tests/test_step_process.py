@@ -1,0 +1,103 @@
+"""The per-rank DDP process against hand-computed timelines (fixed all-reduce durations)."""
+
+import pytest
+import simpy
+
+from ddpsim.ddp.buckets import Bucket
+from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, rank_step
+
+
+def _costs(segments, n_params, n_buckets, **kw):
+    base = dict(
+        forward_s=1.0,
+        backward_segments=tuple(segments),
+        optimizer_s=0.5,
+        copy_in_s_per_param=tuple(0.0 for _ in range(n_params)),
+        copy_out_s=0.0,
+        bucket_launch_s=0.0,
+        hook_cast_in_s=tuple(0.0 for _ in range(n_buckets)),
+        hook_cast_out_s=tuple(0.0 for _ in range(n_buckets)),
+    )
+    base.update(kw)
+    return StepCosts(**base)
+
+
+def _run(costs, buckets, world=2, allreduce_s=None):
+    env = simpy.Environment()
+    durations = allreduce_s or {b.index: 1.5 for b in buckets}
+
+    def runner(env_, bucket):
+        yield env_.timeout(durations[bucket.index])
+
+    rendezvous = Rendezvous(env, world, runner)
+    of = {p: b.index for b in buckets for p in b.param_indices}
+    traces = [RankTrace() for _ in range(world)]
+    for rank in range(world):
+        env.process(rank_step(env, 0, costs, buckets, of, rendezvous, traces[rank]))
+    env.run()
+    return traces
+
+
+def _bucket(i, params):
+    return Bucket(index=i, param_indices=tuple(params), grad_bytes=4, wire_bytes=4, n_params=len(params))
+
+
+def test_one_bucket_is_reduced_after_backward():
+    buckets = [_bucket(0, [0])]
+    trace = _run(_costs([(1.0, (0,))], 1, 1), buckets, allreduce_s={0: 2.0})[0]
+    assert trace.step_end_s == 1.0 + 1.0 + 2.0 + 0.5
+
+
+def test_second_bucket_waits_for_the_first_on_one_stream():
+    buckets = [_bucket(0, [1]), _bucket(1, [0])]
+    trace = _run(_costs([(1.0, (1,)), (1.0, (0,))], 2, 2), buckets)[0]
+    assert trace.bucket_start_s == {0: 2.0, 1: 3.5}
+    assert trace.bucket_end_s == {0: 3.5, 1: 5.0}
+    assert trace.step_end_s == 5.5
+
+
+def test_ready_bucket_launches_only_after_earlier_buckets():
+    # bucket 1's only parameter is ready first, but bucket 0 must launch before it
+    buckets = [_bucket(0, [0]), _bucket(1, [1])]
+    trace = _run(_costs([(1.0, (1,)), (1.0, (0,))], 2, 2), buckets)[0]
+    assert trace.bucket_ready_s[1] == 2.0
+    assert trace.bucket_launch_s[0] == 3.0 and trace.bucket_launch_s[1] == 3.0
+    assert trace.bucket_start_s[1] == 4.5
+
+
+def test_collective_waits_for_the_slowest_rank():
+    buckets = [_bucket(0, [0])]
+    env = simpy.Environment()
+
+    def runner(env_, bucket):
+        yield env_.timeout(1.0)
+
+    rendezvous = Rendezvous(env, 2, runner)
+    fast = _costs([(1.0, (0,))], 1, 1)
+    slow = _costs([(3.0, (0,))], 1, 1)
+    traces = [RankTrace(), RankTrace()]
+    env.process(rank_step(env, 0, fast, buckets, {0: 0}, rendezvous, traces[0]))
+    env.process(rank_step(env, 0, slow, buckets, {0: 0}, rendezvous, traces[1]))
+    env.run()
+    assert traces[0].bucket_start_s[0] == 4.0  # the slow rank launches at 1 + 3
+    assert traces[0].step_end_s == traces[1].step_end_s == 5.5
+
+
+def test_launch_blocks_when_too_many_buckets_are_in_flight():
+    buckets = [_bucket(0, [2]), _bucket(1, [1]), _bucket(2, [0])]
+    segments = [(0.1, (2,)), (0.1, (1,)), (0.1, (0,)), (1.0, ())]
+    free = _run(_costs(segments, 3, 3), buckets)[0]
+    blocked = _run(_costs(segments, 3, 3, max_inflight_buckets=1), buckets)[0]
+    assert free.backward_compute_end_s == pytest.approx(1.0 + 1.3, rel=1e-12)
+    # bucket 1 may launch only once bucket 0 (1.1 .. 2.6) is done; the last 1.0 s of backward is pushed back
+    assert blocked.bucket_launch_s[1] == pytest.approx(2.6, rel=1e-12)
+    assert blocked.bucket_launch_s[2] == pytest.approx(4.1, rel=1e-12)
+    assert blocked.backward_compute_end_s == pytest.approx(5.1, rel=1e-12)
+
+
+def test_compute_runs_slower_while_all_reduce_is_in_flight():
+    buckets = [_bucket(0, [1]), _bucket(1, [0])]
+    # bucket 0 is reduced from t=2 to t=3.5; the 3 s segment after it runs at half speed meanwhile
+    trace = _run(_costs([(1.0, (1,)), (3.0, (0,))], 2, 2, compute_slowdown=1.0), buckets)[0]
+    # 1.5 s of wall time at half speed does 0.75 s of work; 2.25 s remain at full speed
+    assert abs(trace.backward_compute_end_s - (2.0 + 1.5 + 2.25)) < 1e-12
