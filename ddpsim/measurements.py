@@ -1,0 +1,132 @@
+"""Read measured data: harness all-reduce sweeps (JSONL), nccl-tests ``all_reduce_perf`` text, DDP runs.
+
+Every reader returns plain records and raises ScenarioError naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+
+TRANSPORT_TO_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "socket", "pcie": "pcie"}
+INTRA_TYPE_OF_TRANSPORT = {"nvlink": "nvswitch", "shm": "shm", "socket": "socket", "pcie": "pcie"}
+
+
+@dataclass(frozen=True)
+class AllReduceSample:
+    """One measured all-reduce size: median seconds per call on ``world_size`` GPUs."""
+
+    link_class: str
+    world_size: int
+    nodes: int
+    bytes: int
+    time_s: float
+    source: str
+
+
+def _open_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            return handle.read()
+    except FileNotFoundError:
+        raise ScenarioError("measurement file not found", file=path) from None
+    except UnicodeDecodeError:
+        raise ScenarioError("not a text file", file=path) from None
+
+
+def read_jsonl(path: str) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(_open_text(path).splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            raise ScenarioError(f"line {number} is not valid JSON", file=path) from None
+        if not isinstance(record, dict):
+            raise ScenarioError(f"line {number} is not a JSON object", file=path)
+        records.append(record)
+    return records
+
+
+def _field(record: dict, key: str, kind: type | tuple, path: str, where: str) -> Any:
+    if key not in record:
+        raise ScenarioError("missing field", file=path, field=f"{where}.{key}")
+    value = record[key]
+    if isinstance(value, bool) or not isinstance(value, kind):
+        raise ScenarioError(f"expected {getattr(kind, '__name__', 'a number')}, got {value!r}", file=path, field=f"{where}.{key}")
+    return value
+
+
+def read_harness_allreduce(path: str) -> list[AllReduceSample]:
+    """The harness's ``allreduce.jsonl``: one object per (transport, world size) launch."""
+    samples = []
+    for i, record in enumerate(read_jsonl(path)):
+        where = f"line {i + 1}"
+        transport = _field(record, "transport", str, path, where)
+        world = _field(record, "world_size", int, path, where)
+        nodes = int(record.get("fingerprint", {}).get("hostname_count", 1) or 1)
+        rows = _field(record, "rows", list, path, where)
+        for j, row in enumerate(rows):
+            size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
+            time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
+            samples.append(
+                AllReduceSample(TRANSPORT_TO_LINK_CLASS.get(transport, transport), world, nodes, size, time_us * 1e-6, path)
+            )
+    return samples
+
+
+def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False) -> list[AllReduceSample]:
+    """nccl-tests ``all_reduce_perf`` output: rows of size, count, type, redop, root, time, algbw, busbw, #wrong x2."""
+    samples = []
+    for number, line in enumerate(_open_text(path).splitlines(), start=1):
+        fields = line.split()
+        if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
+            continue
+        if len(fields) < 13:
+            raise ScenarioError(f"line {number}: expected 13 columns of all_reduce_perf, got {len(fields)}", file=path)
+        try:
+            size = int(fields[0])
+            time_us = float(fields[9] if in_place else fields[5])
+        except ValueError:
+            raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
+        samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
+    if not samples:
+        raise ScenarioError("no all_reduce_perf rows found", file=path)
+    return samples
+
+
+def read_ddp_runs(path: str) -> list[dict[str, Any]]:
+    """The harness's ``ddp_runs.jsonl`` (only successful runs; failures are kept out of comparisons)."""
+    runs = []
+    for i, record in enumerate(read_jsonl(path)):
+        where = f"line {i + 1}"
+        if record.get("status") != "ok":
+            continue
+        for key in ("model", "transport"):
+            _field(record, key, str, path, where)
+        _field(record, "world_size", int, path, where)
+        _field(record, "step_s_median", (int, float), path, where)
+        runs.append(record)
+    return runs
+
+
+def find_data_files(data_dir: str) -> dict[str, list[str]]:
+    """Campaign folders under ``data_dir`` (any depth): their allreduce, ddp_runs and profiles paths."""
+    if not os.path.isdir(data_dir):
+        raise ScenarioError("measurement folder not found", file=data_dir)
+    found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": []}
+    for root, _dirs, files in sorted(os.walk(data_dir)):
+        for name in sorted(files):
+            path = os.path.join(root, name)
+            if name == "allreduce.jsonl":
+                found["allreduce"].append(path)
+            elif name == "ddp_runs.jsonl":
+                found["ddp_runs"].append(path)
+            elif name.endswith(".json") and os.path.basename(root) == "profiles":
+                found["profiles"].append(path)
+    return found
