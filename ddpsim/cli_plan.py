@@ -1,0 +1,221 @@
+"""Capacity-planning subcommands: ``sweep``, ``tune-buckets``, ``scale`` and ``variability``.
+
+``ddpsim.cli`` finds this module and calls ``register``; each handler only parses arguments, calls the
+library (sweep, advisor, scaling) and prints. A ``ScenarioError`` reaches ``cli.main``, which prints
+one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+
+EXIT_INTERRUPTED = 130
+
+
+def _scenario_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
+        help="override a scenario field, e.g. --set ddp.bucket_cap_mb=5 (repeatable)",
+    )
+
+
+def _int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+    return values
+
+
+def _cap_list(text: str) -> list[float | None]:
+    values: list[float | None] = []
+    for part in (p.strip() for p in text.split(",")):
+        if part == "default":
+            values.append(None)
+            continue
+        try:
+            values.append(float(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected MiB numbers or 'default', got {part!r}") from None
+    return values
+
+
+def register(subparsers: Any) -> None:
+    sweep = subparsers.add_parser("sweep", help="run a grid of scenarios (resumable, parallel)")
+    _scenario_args(sweep)
+    sweep.add_argument(
+        "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
+        help="a scenario field and its values (YAML scalars); repeat for a cartesian product",
+    )
+    sweep.add_argument("--out", required=True, metavar="DIR", help="sweep.csv, report.md, points/<hash>.json")
+    sweep.add_argument("--workers", type=int, metavar="N", help="local processes (default: all CPUs)")
+    sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on a Dask scheduler, e.g. tcp://host:8786")
+    sweep.add_argument("--yes", action="store_true", help="allow more than 1000 points")
+    sweep.set_defaults(handler=cmd_sweep)
+
+    tune = subparsers.add_parser("tune-buckets", help="recommend bucket_cap_mb (and say why)")
+    _scenario_args(tune)
+    tune.add_argument("--candidates", type=_cap_list, metavar="MB,MB,...", help="only choose among these caps")
+    tune.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    tune.add_argument("--out", metavar="DIR", help="write bucket_cap.png and recommendation.json here")
+    tune.set_defaults(handler=cmd_tune_buckets)
+
+    scale = subparsers.add_parser("scale", help="step time, efficiency and cost vs node count")
+    _scenario_args(scale)
+    scale.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="e.g. 1,2,4,8,16")
+    scale.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE", help="default: the scenario's")
+    scale.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    scale.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.md, scaling_efficiency.png")
+    scale.set_defaults(handler=cmd_scale)
+
+    var = subparsers.add_parser("variability", help="step-time percentiles under jitter, stragglers, bad links")
+    _scenario_args(var)
+    var.add_argument("--iterations", type=int, required=True, metavar="K", help="steps to simulate")
+    var.add_argument("--jitter-cv", type=float, metavar="CV", help="per-rank compute-time coefficient of variation")
+    var.add_argument("--straggler-rank", type=int, metavar="R")
+    var.add_argument("--straggler-slowdown", type=float, metavar="F", help="e.g. 1.2 = 20%% slower compute")
+    var.add_argument("--degraded-link-factor", type=float, metavar="F", help="fraction of bandwidth rank 0's link keeps")
+    var.add_argument("--seed", type=int)
+    var.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    var.add_argument("--out", metavar="DIR", help="write variability.json and step_time_histogram.png")
+    var.set_defaults(handler=cmd_variability)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from ddpsim.sweep import run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise ScenarioError(f"must be at least 1, got {args.workers}", field="--workers")
+    if args.dask and args.workers is not None:
+        raise ScenarioError("--workers is for local processes; the Dask cluster has its own", field="--workers")
+    try:
+        outcome = run_sweep(
+            args.scenario, args.grid, args.out, args.overrides, args.workers, args.dask, args.yes, sys.stderr
+        )
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished points are in {args.out}/points; rerun the same command to resume",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    print(
+        f"{len(outcome.outcomes)} points: {outcome.computed} simulated, {outcome.reused} reused, "
+        f"{outcome.failed} failed"
+    )
+    for o in outcome.outcomes:
+        if o.status != "ok":
+            values = ", ".join(f"{k}={v}" for k, v in o.point.values.items())
+            print(f"  {o.status}: {values}: {o.error}")
+    print(f"wrote {os.path.join(args.out, 'sweep.csv')}, report.md, points/")
+    return 0
+
+
+def cmd_tune_buckets(args: argparse.Namespace) -> int:
+    from ddpsim.advisor import plot_curve, recommend_bucket_cap
+    from ddpsim.scenario import load_scenario
+    from ddpsim.units import format_time
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    if args.candidates is not None and (not args.candidates or any(c is not None and c <= 0 for c in args.candidates)):
+        raise ScenarioError("expected positive caps in MiB (or 'default')", field="--candidates")
+    rec = recommend_bucket_cap(scenario, args.candidates)
+    if args.out:
+        from ddpsim.outdir import atomic_dir
+
+        with atomic_dir(args.out) as staging:
+            plot_curve(rec, os.path.join(staging, "bucket_cap.png"))
+            with open(os.path.join(staging, "recommendation.json"), "w", encoding="utf-8") as handle:
+                json.dump(rec.to_dict(), handle, indent=2)
+        plot_path = os.path.join(args.out, "bucket_cap.png")
+    else:
+        plot_path = "tune-buckets.png"
+        plot_curve(rec, plot_path)
+    if args.json:
+        print(json.dumps(rec.to_dict(), indent=2))
+        return 0
+    cap = "PyTorch's default" if rec.recommended_bucket_cap_mb is None else f"{rec.recommended_bucket_cap_mb:g} MiB"
+    print(f"recommended bucket_cap_mb: {cap}")
+    print(
+        f"predicted step time: {format_time(rec.predicted_step_time_s)} "
+        f"(PyTorch default: {format_time(rec.default_step_time_s)}, {rec.speedup:.3f}x)"
+    )
+    print(f"\nwhy: {rec.reason}\n")
+    print("paste:")
+    print(f"    {rec.paste}")
+    if rec.alternatives:
+        print("\nat this cap, would these help more?")
+        for alt in rec.alternatives:
+            print(f"  {alt.setting:<30} {format_time(alt.step_time_s):>10}  {'yes' if alt.helps else 'no '}  {alt.note}")
+            if alt.helps:
+                print(f"      {alt.paste}")
+    print(f"\nplot: {plot_path}")
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    from ddpsim.scaling import plot_scaling, scaling_study, scaling_table
+    from ddpsim.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario, args.overrides)
+    study = scaling_study(scenario, args.nodes, args.price_per_gpu_hour)
+    plot_path = os.path.join(args.out, "scaling_efficiency.png") if args.out else "scale.png"
+    if args.out:
+        from ddpsim.outdir import atomic_dir
+
+        with atomic_dir(args.out) as staging:
+            plot_scaling(study, os.path.join(staging, "scaling_efficiency.png"))
+            with open(os.path.join(staging, "scaling.json"), "w", encoding="utf-8") as handle:
+                json.dump(study.to_dict(), handle, indent=2)
+            with open(os.path.join(staging, "scaling.md"), "w", encoding="utf-8") as handle:
+                handle.write(
+                    f"# ddpsim scale: `{args.scenario}`\n\n{scaling_table(study, markdown=True)}\n\n"
+                    "Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step.\n\n"
+                    "![scaling efficiency](scaling_efficiency.png)\n"
+                )
+    else:
+        plot_scaling(study, plot_path)
+    if args.json:
+        print(json.dumps(study.to_dict(), indent=2))
+        return 0
+    print(scaling_table(study))
+    for warning in study.warnings:
+        print(f"warning: {warning}")
+    if study.price_per_gpu_hour is None:
+        print("(no price: pass --price-per-gpu-hour or set price_per_gpu_hour in the scenario for cost)")
+    print(f"plot: {plot_path}")
+    return 0
+
+
+def cmd_variability(args: argparse.Namespace) -> int:
+    from ddpsim.scaling import plot_variability, variability_overrides, variability_study, variability_table
+    from ddpsim.scenario import load_scenario
+
+    if args.iterations < 1:
+        raise ScenarioError(f"must be at least 1, got {args.iterations}", field="--iterations")
+    extra = variability_overrides(
+        args.iterations, args.jitter_cv, args.straggler_rank, args.straggler_slowdown,
+        args.degraded_link_factor, args.seed,
+    )
+    scenario = load_scenario(args.scenario, [*args.overrides, *extra])
+    study = variability_study(scenario)
+    plot_path = os.path.join(args.out, "step_time_histogram.png") if args.out else "variability.png"
+    if args.out:
+        from ddpsim.outdir import atomic_dir
+
+        with atomic_dir(args.out) as staging:
+            plot_variability(study, os.path.join(staging, "step_time_histogram.png"))
+            with open(os.path.join(staging, "variability.json"), "w", encoding="utf-8") as handle:
+                json.dump(study.to_dict(), handle, indent=2)
+    else:
+        plot_variability(study, plot_path)
+    if args.json:
+        print(json.dumps(study.to_dict(), indent=2))
+        return 0
+    print(variability_table(study, scenario))
+    print(f"plot: {plot_path}")
+    return 0

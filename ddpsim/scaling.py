@@ -1,0 +1,247 @@
+"""Scaling and cost (the same job on more nodes) and step-time variability (jitter, a straggler, a
+degraded link). Both only re-run ``simulate()`` on changed scenarios and turn Results into numbers."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+from ddpsim.results import Result
+from ddpsim.scenario.schema import Scenario
+from ddpsim.units import format_time
+
+SECONDS_PER_HOUR = 3600.0
+
+
+@dataclass(frozen=True)
+class ScalePoint:
+    """One node count. ``efficiency``: throughput per GPU relative to one node's (1.0 = linear)."""
+
+    nodes: int
+    gpus: int
+    step_time_s: float
+    samples_per_s: float
+    tokens_per_s: float | None
+    efficiency: float
+    comm_fraction: float  # exposed communication / step time
+    cost_per_million: float | None  # in the currency of the price, per 1e6 ``cost_unit``
+    cost_unit: str  # "tokens" for language models, else "samples"
+    memory_per_gpu_bytes: float
+    gpu_memory_bytes: float
+    fits_in_memory: bool
+    algorithm: str
+    mode: str
+
+
+@dataclass
+class ScalingStudy:
+    points: list[ScalePoint]
+    price_per_gpu_hour: float | None
+    baseline: ScalePoint  # the one-node run every efficiency is measured against
+    warnings: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "baseline_nodes": self.baseline.nodes,
+            "points": [dataclasses.asdict(p) for p in self.points],
+            "warnings": list(self.warnings),
+        }
+
+
+def _parse_nodes(nodes: Sequence[int], file: str) -> list[int]:
+    if not nodes:
+        raise ScenarioError("--nodes needs at least one node count", file=file, field="--nodes")
+    bad = [n for n in nodes if isinstance(n, bool) or not isinstance(n, int) or n < 1]
+    if bad:
+        raise ScenarioError(f"node counts must be positive integers, got {bad[0]!r}", file=file, field="--nodes")
+    return list(dict.fromkeys(nodes))
+
+
+def at_nodes(scenario: Scenario, nodes: int) -> Scenario:
+    """The scenario on ``nodes`` nodes, everything else unchanged."""
+    if scenario.cluster.topology is not None:
+        raise ScenarioError(
+            "a custom topology fixes the node count; scaling needs a preset cluster (nodes, gpus_per_node)",
+            file=scenario.source,
+            field="cluster.topology",
+        )
+    world = nodes * scenario.cluster.gpus_per_node
+    straggler = scenario.simulation.straggler_rank
+    if straggler is not None and straggler >= world:
+        raise ScenarioError(
+            f"rank {straggler} does not exist on {nodes} node(s) ({world} GPUs)",
+            file=scenario.source,
+            field="simulation.straggler_rank",
+        )
+    return dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, nodes=nodes))
+
+
+def _point(nodes: int, result: Result, per_gpu_base: float, price: float | None) -> ScalePoint:
+    per_gpu = result.samples_per_s / result.world_size
+    lm = bool(result.tokens_per_s)
+    rate = result.tokens_per_s if lm and result.tokens_per_s else result.samples_per_s
+    cost = None
+    if price is not None and rate > 0:
+        # every GPU is billed for the whole step: price/hour * GPUs / (units per second) per unit
+        cost = price * result.world_size / SECONDS_PER_HOUR / rate * 1e6
+    return ScalePoint(
+        nodes=nodes,
+        gpus=result.world_size,
+        step_time_s=result.step_time_s,
+        samples_per_s=result.samples_per_s,
+        tokens_per_s=result.tokens_per_s,
+        efficiency=per_gpu / per_gpu_base if per_gpu_base > 0 else float("nan"),
+        comm_fraction=result.exposed_comm_s / result.step_time_s if result.step_time_s > 0 else 0.0,
+        cost_per_million=cost,
+        cost_unit="tokens" if lm else "samples",
+        memory_per_gpu_bytes=float(result.memory_bytes.get("total", 0.0)),
+        gpu_memory_bytes=float(result.gpu_memory_bytes),
+        fits_in_memory=result.fits_in_memory,
+        algorithm=result.algorithm,
+        mode=result.mode,
+    )
+
+
+def scaling_study(
+    scenario: Scenario, nodes: Sequence[int], price_per_gpu_hour: float | None = None
+) -> ScalingStudy:
+    """Simulate the scenario on each node count (and on one node, the efficiency baseline)."""
+    from ddpsim.simulate import simulate
+
+    counts = _parse_nodes(nodes, scenario.source)
+    price = price_per_gpu_hour if price_per_gpu_hour is not None else scenario.price_per_gpu_hour
+    if price is not None and price < 0:
+        raise ScenarioError(f"must not be negative, got {price}", file=scenario.source, field="--price-per-gpu-hour")
+    results = {n: simulate(at_nodes(scenario, n)) for n in counts}
+    if 1 not in results:
+        results[1] = simulate(at_nodes(scenario, 1))
+    base_result = results[1]
+    per_gpu_base = base_result.samples_per_s / base_result.world_size
+    points = [_point(n, results[n], per_gpu_base, price) for n in counts]
+    warnings = [
+        f"{p.nodes} node(s): {p.memory_per_gpu_bytes / 1e9:.1f} GB per GPU needed, "
+        f"{p.gpu_memory_bytes / 1e9:.0f} GB available: DOES NOT FIT"
+        for p in points
+        if not p.fits_in_memory
+    ]
+    return ScalingStudy(points, price, _point(1, base_result, per_gpu_base, price), warnings)
+
+
+def scaling_table(study: ScalingStudy, markdown: bool = False) -> str:
+    from ddpsim.report.tables import table
+
+    lm = any(p.tokens_per_s for p in study.points)
+    headers = ["nodes", "GPUs", "step time", "samples/s"] + (["tokens/s"] if lm else [])
+    headers += ["efficiency", "exposed comm"]
+    if study.price_per_gpu_hour is not None:
+        headers.append(f"cost / 1M {study.points[0].cost_unit}")
+    headers.append("memory per GPU")
+    rows = []
+    for p in study.points:
+        row: list[object] = [p.nodes, p.gpus, format_time(p.step_time_s), f"{p.samples_per_s:,.0f}"]
+        if lm:
+            row.append(f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "-")
+        row += [f"{100 * p.efficiency:.1f}%", f"{100 * p.comm_fraction:.1f}%"]
+        if study.price_per_gpu_hour is not None:
+            row.append(f"{p.cost_per_million:,.4g}" if p.cost_per_million is not None else "-")
+        memory = f"{p.memory_per_gpu_bytes / 1e9:.1f} / {p.gpu_memory_bytes / 1e9:.0f} GB"
+        row.append(memory if p.fits_in_memory else f"{memory} DOES NOT FIT")
+        rows.append(row)
+    return table(headers, rows, markdown)
+
+
+def plot_scaling(study: ScalingStudy, path: str) -> None:
+    from ddpsim.report.plots import line_plot
+
+    gpus = [float(p.gpus) for p in study.points]
+    series = {"scaling efficiency (%)": [100 * p.efficiency for p in study.points]}
+    logx = len(gpus) > 1 and min(gpus) > 0 and max(gpus) / min(gpus) >= 8
+    line_plot(path, gpus, series, "GPUs", "throughput per GPU vs one node (%)", "scaling efficiency", logx=logx)
+
+
+# --- variability -----------------------------------------------------------------------------------
+
+
+def variability_overrides(
+    iterations: int,
+    jitter_cv: float | None = None,
+    straggler_rank: int | None = None,
+    straggler_slowdown: float | None = None,
+    degraded_link_factor: float | None = None,
+    seed: int | None = None,
+) -> list[str]:
+    """``--set`` strings for the simulation section, so the scenario loader validates them."""
+    fields: dict[str, Any] = {
+        "iterations": iterations,
+        "jitter_cv": jitter_cv,
+        "straggler_rank": straggler_rank,
+        "straggler_slowdown": straggler_slowdown,
+        "degraded_link_factor": degraded_link_factor,
+        "seed": seed,
+    }
+    return [f"simulation.{name}={value!r}" for name, value in fields.items() if value is not None]
+
+
+@dataclass
+class VariabilityStudy:
+    result: Result
+
+    @property
+    def step_times_s(self) -> list[float]:
+        return list(self.result.step_times_s) or [self.result.step_time_s]
+
+    def to_dict(self) -> dict[str, Any]:
+        times = self.step_times_s
+        r = self.result
+        return {
+            "iterations": len(times),
+            "p50_s": r.percentile_s(50),
+            "p95_s": r.percentile_s(95),
+            "p99_s": r.percentile_s(99),
+            "mean_s": sum(times) / len(times),
+            "min_s": min(times),
+            "max_s": max(times),
+            "critical_rank": r.critical_rank,
+            "world_size": r.world_size,
+            "mode": r.mode,
+            "step_times_s": times,
+        }
+
+
+def variability_study(scenario: Scenario) -> VariabilityStudy:
+    """Simulate ``simulation.iterations`` steps with the scenario's jitter/straggler/link settings."""
+    from ddpsim.simulate import simulate
+
+    return VariabilityStudy(simulate(scenario))
+
+
+def variability_table(study: VariabilityStudy, scenario: Scenario, markdown: bool = False) -> str:
+    from ddpsim.report.tables import table
+
+    data, sim = study.to_dict(), scenario.simulation
+    straggler = (
+        f"rank {sim.straggler_rank} x{sim.straggler_slowdown:g}" if sim.straggler_rank is not None else "none"
+    )
+    rows = [
+        ("steps simulated", data["iterations"]),
+        ("compute jitter (cv)", f"{sim.jitter_cv:g}"),
+        ("straggler", straggler),
+        ("degraded link", f"{sim.degraded_link_factor:g} of bandwidth" if sim.degraded_link_factor < 1 else "none"),
+        ("step p50", format_time(data["p50_s"])),
+        ("step p95", format_time(data["p95_s"])),
+        ("step p99", format_time(data["p99_s"])),
+        ("step mean / min / max", " / ".join(format_time(data[k]) for k in ("mean_s", "min_s", "max_s"))),
+        ("critical-path rank", data["critical_rank"]),
+    ]
+    return table(("quantity", "value"), rows, markdown)
+
+
+def plot_variability(study: VariabilityStudy, path: str) -> None:
+    from ddpsim.report.plots import histogram
+
+    r = study.result
+    histogram(path, study.step_times_s, f"{r.model} on {r.world_size} x {r.gpu}: {len(study.step_times_s)} steps")

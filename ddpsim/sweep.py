@@ -1,0 +1,536 @@
+"""Grids of scenarios: the cartesian product of ``--grid field=v1,v2`` lists, run on local processes or
+a Dask cluster, one JSON per point so that an interrupted sweep resumes where it stopped.
+
+Each point's JSON is named after a hash of the *resolved* scenario (the validated dataclasses, SI
+units), so ``400Gbps`` and ``50GB/s`` are the same point and a rerun with a different grid still
+reuses every point it has already computed.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import hashlib
+import importlib
+import io
+import itertools
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TextIO
+
+import yaml
+
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario import apply_overrides, read_scenario_dict, scenario_from_dict
+from ddpsim.scenario.schema import Scenario
+
+MAX_POINTS_WITHOUT_CONFIRMATION = 1000
+RESULT_COLUMNS = (
+    "step_time_s",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "comm_time_s",
+    "exposed_comm_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "fits_in_memory",
+)
+STATUS_OK, STATUS_ERROR, STATUS_INVALID = "ok", "error", "invalid"
+DASK_CONNECT_TIMEOUT_S = 5
+# Bump when the per-point JSON or the simulator changes meaning, so old points are not reused.
+POINT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class GridAxis:
+    """One ``--grid`` field: its dotted name, the values as typed (for --set) and as parsed YAML."""
+
+    field: str
+    texts: tuple[str, ...]
+    values: tuple[Any, ...]
+
+
+@dataclass
+class SweepPoint:
+    """One grid point: its field values, the raw scenario mapping, and (once validated) its hash."""
+
+    index: int
+    values: dict[str, Any]
+    data: dict[str, Any]
+    hash: str = ""
+    invalid: str | None = None  # the validation error of this combination, if any
+
+
+@dataclass
+class PointOutcome:
+    point: SweepPoint
+    status: str
+    metrics: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    cached: bool = False
+
+
+@dataclass
+class SweepOutcome:
+    out: str
+    axes: list[GridAxis]
+    outcomes: list[PointOutcome]
+
+    @property
+    def computed(self) -> int:
+        return sum(1 for o in self.outcomes if o.status == STATUS_OK and not o.cached)
+
+    @property
+    def reused(self) -> int:
+        return sum(1 for o in self.outcomes if o.cached)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for o in self.outcomes if o.status != STATUS_OK)
+
+
+def parse_grid(specs: Sequence[str], file: str = "--grid") -> list[GridAxis]:
+    """``["ddp.bucket_cap_mb=1,5,25"]`` -> axes; values are YAML scalars split on commas."""
+    if not specs:
+        raise ScenarioError("a sweep needs at least one --grid FIELD=V1,V2,...", file=file, field="--grid")
+    axes: list[GridAxis] = []
+    for spec in specs:
+        if "=" not in spec:
+            raise ScenarioError(f"--grid expects FIELD=V1,V2,..., got {spec!r}", file=file, field="--grid")
+        name, text = (part.strip() for part in spec.split("=", 1))
+        texts = tuple(t.strip() for t in text.split(",")) if text.strip() else ()
+        if not name:
+            raise ScenarioError(f"--grid has no field name in {spec!r}", file=file, field="--grid")
+        if not texts or any(not t for t in texts):
+            raise ScenarioError("--grid value list is empty (or has an empty value)", file=file, field=name)
+        if any(a.field == name for a in axes):
+            raise ScenarioError("given twice in --grid; put all its values in one list", file=file, field=name)
+        if len(set(texts)) != len(texts):
+            raise ScenarioError("--grid lists a value twice", file=file, field=name)
+        axes.append(GridAxis(name, texts, tuple(_yaml_scalar(t) for t in texts)))
+    return axes
+
+
+def _yaml_scalar(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def point_count(axes: Sequence[GridAxis]) -> int:
+    return math.prod(len(a.values) for a in axes)
+
+
+def expand_grid(base: dict[str, Any], axes: Sequence[GridAxis], file: str) -> list[SweepPoint]:
+    """The cartesian product of the axes (the last axis varies fastest), each applied to ``base``."""
+    points = []
+    for index, combo in enumerate(itertools.product(*(range(len(a.values)) for a in axes))):
+        overrides = [f"{a.field}={a.texts[i]}" for a, i in zip(axes, combo, strict=True)]
+        values = {a.field: a.values[i] for a, i in zip(axes, combo, strict=True)}
+        points.append(SweepPoint(index, values, apply_overrides(base, overrides, file)))
+    return points
+
+
+def _is_unknown_field(exc: ScenarioError, grid_field: str) -> bool:
+    """A wrong field name (as opposed to a bad value) is an error of the whole sweep, not of one point."""
+    where = exc.field or ""
+    names_it = where == grid_field or grid_field.startswith(where + ".") or where.startswith(grid_field + ".")
+    structural = exc.detail.startswith(("unknown", "expected a mapping")) or "is not a section" in exc.detail
+    return bool(where) and names_it and structural
+
+
+def scenario_hash(scenario: Scenario) -> str:
+    """A stable name for the resolved scenario: validated values, not how they were spelled."""
+    resolved = dataclasses.asdict(scenario)
+    resolved.pop("source", None)  # moving or renaming the YAML file must not invalidate points
+    text = json.dumps({"format": POINT_FORMAT, "scenario": resolved}, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def validate_points(points: Sequence[SweepPoint], axes: Sequence[GridAxis], file: str, base_dir: str) -> None:
+    """Build every point's Scenario; unknown grid fields raise, bad values mark just that point."""
+    for point in points:
+        try:
+            scenario = scenario_from_dict(point.data, file=file, base_dir=base_dir)
+        except ScenarioError as exc:
+            for axis in axes:
+                if _is_unknown_field(exc, axis.field):
+                    raise ScenarioError(f"--grid {exc.detail}", file=exc.file, field=exc.field) from None
+            point.invalid = str(exc)
+            point.hash = "invalid-" + hashlib.sha256(
+                json.dumps(point.data, sort_keys=True, default=str).encode()
+            ).hexdigest()[:12]
+            continue
+        point.hash = scenario_hash(scenario)
+
+
+def metrics_of(result_dict: dict[str, Any]) -> dict[str, Any]:
+    return {name: result_dict.get(name) for name in RESULT_COLUMNS}
+
+
+def run_point(task: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
+    """Simulate one point (in a worker process, a Dask worker or inline); never raises.
+
+    Returns plain data only, so it pickles cheaply across processes and machines.
+    """
+    data, file, base_dir = task
+    try:
+        scenario = scenario_from_dict(data, file=file, base_dir=base_dir)
+        # looked up at call time so tests can monkeypatch ddpsim.simulate.simulate
+        simulate = importlib.import_module("ddpsim.simulate").simulate
+        result = simulate(scenario)
+        return {"status": STATUS_OK, "result": result.to_dict()}
+    except Exception as exc:  # noqa: BLE001 - a failing point is recorded and the sweep goes on
+        message = str(exc).splitlines()[0] if str(exc) else ""
+        return {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {message}"}
+
+
+class Progress:
+    """A plain-text progress bar on stderr (no tqdm): redrawn in place on a terminal, one line per
+    tenth otherwise, so logs of batch jobs stay short."""
+
+    def __init__(self, total: int, stream: TextIO | None = None, width: int = 30) -> None:
+        self.total, self.width = total, width
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.done = self.failed = 0
+        self.start = time.perf_counter()
+        self._last_decile = -1
+
+    def update(self, failed: bool = False) -> None:
+        self.done += 1
+        self.failed += int(failed)
+        decile = 10 * self.done // max(self.total, 1)
+        if self.tty or decile != self._last_decile or self.done == self.total:
+            self._last_decile = decile
+            self._draw()
+
+    def _draw(self) -> None:
+        filled = self.width * self.done // max(self.total, 1)
+        bar = "#" * filled + "." * (self.width - filled)
+        elapsed = time.perf_counter() - self.start
+        failed = f", {self.failed} failed" if self.failed else ""
+        line = f"[{bar}] {self.done}/{self.total} points{failed}, {elapsed:.1f} s"
+        end = "" if self.tty and self.done < self.total else "\n"
+        self.stream.write(("\r" if self.tty else "") + line + end)
+        self.stream.flush()
+
+
+def _point_path(out: str, point_hash: str) -> str:
+    return os.path.join(out, "points", f"{point_hash}.json")
+
+
+def _load_cached(out: str, point: SweepPoint) -> dict[str, Any] | None:
+    """A previous run's successful result for this resolved scenario, if any (failures are retried)."""
+    path = _point_path(out, point.hash)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            stored = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if stored.get("status") != STATUS_OK or stored.get("format") != POINT_FORMAT:
+        return None
+    return stored
+
+
+def _save_point(out: str, point: SweepPoint, raw: dict[str, Any]) -> None:
+    from ddpsim.outdir import atomic_write_text
+
+    record = {
+        "format": POINT_FORMAT,
+        "hash": point.hash,
+        "grid": point.values,
+        "status": raw["status"],
+        "error": raw.get("error", ""),
+        "result": raw.get("result"),
+        "scenario": point.data,
+    }
+    atomic_write_text(_point_path(out, point.hash), json.dumps(record, indent=1, default=str))
+
+
+Runner = Callable[[list[SweepPoint], Callable[[SweepPoint, dict[str, Any]], None]], None]
+
+
+def _task(point: SweepPoint, file: str, base_dir: str) -> tuple[dict[str, Any], str, str]:
+    return (point.data, file, base_dir)
+
+
+def _run_inline(points: list[SweepPoint], file: str, base_dir: str, done: Callable[..., None]) -> None:
+    for point in points:
+        done(point, run_point(_task(point, file, base_dir)))
+
+
+def _run_processes(points: list[SweepPoint], file: str, base_dir: str, workers: int, done: Callable[..., None]) -> None:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        futures = {pool.submit(run_point, _task(p, file, base_dir)): p for p in points}
+        for future in as_completed(futures):
+            try:
+                raw = future.result()
+            except Exception as exc:  # noqa: BLE001 - e.g. a worker killed by the OOM killer
+                raw = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
+            done(futures[future], raw)
+    except BaseException:
+        # Ctrl-C: drop queued points now; finished ones are already saved for the resume
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
+
+
+def connect_dask(address: str) -> Any:
+    """A ``distributed.Client`` for ``address``; an unreachable scheduler is a one-line user error."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ScenarioError("--dask needs dask[distributed]: pip install 'ddpsim[dask]'", field="--dask") from None
+    try:
+        return Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
+    except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError for a bad address ...
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise ScenarioError(
+            f"cannot reach the Dask scheduler at {address} within {DASK_CONNECT_TIMEOUT_S} s ({detail})",
+            field="--dask",
+        ) from None
+
+
+def _run_dask(points: list[SweepPoint], file: str, base_dir: str, client: Any, done: Callable[..., None]) -> None:
+    from distributed import as_completed
+
+    # pure=False: two points never share a Dask key, even if the scheduler has seen the data before
+    futures = client.map(run_point, [_task(p, file, base_dir) for p in points], pure=False)
+    by_key = {f.key: p for f, p in zip(futures, points, strict=True)}
+    try:
+        for future in as_completed(futures):
+            try:
+                raw = future.result()
+            except Exception as exc:  # noqa: BLE001 - a lost worker fails only its own points
+                raw = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
+            done(by_key[future.key], raw)
+    except BaseException:
+        client.cancel(futures)
+        raise
+
+
+def prepare_sweep(
+    scenario_path: str, grid_specs: Sequence[str], overrides: Iterable[str] = (), yes: bool = False
+) -> tuple[list[GridAxis], list[SweepPoint], str, str]:
+    """Parse and validate everything a sweep needs before any file is written."""
+    axes = parse_grid(grid_specs, scenario_path)
+    base = apply_overrides(read_scenario_dict(scenario_path), overrides, scenario_path)
+    base_dir = os.path.dirname(os.path.abspath(scenario_path))
+    scenario_from_dict(base, file=scenario_path, base_dir=base_dir)  # the base itself must be valid
+    count = point_count(axes)
+    if count > MAX_POINTS_WITHOUT_CONFIRMATION and not yes:
+        raise ScenarioError(
+            f"the grid has {count} points (more than {MAX_POINTS_WITHOUT_CONFIRMATION}); pass --yes to run them",
+            file=scenario_path,
+            field="--grid",
+        )
+    points = expand_grid(base, axes, scenario_path)
+    validate_points(points, axes, scenario_path, base_dir)
+    return axes, points, scenario_path, base_dir
+
+
+def run_sweep(
+    scenario_path: str,
+    grid_specs: Sequence[str],
+    out: str,
+    overrides: Iterable[str] = (),
+    workers: int | None = None,
+    dask_address: str | None = None,
+    yes: bool = False,
+    progress: TextIO | None = None,
+) -> SweepOutcome:
+    """Run (or resume) a sweep into ``out``: points/<hash>.json as they finish, then sweep.csv and
+    report.md at the end. Raises ScenarioError before writing anything if the inputs are wrong."""
+    axes, points, file, base_dir = prepare_sweep(scenario_path, grid_specs, overrides, yes)
+    client = connect_dask(dask_address) if dask_address else None
+    try:
+        return _execute(axes, points, file, base_dir, out, workers, client, progress)
+    finally:
+        if client is not None:
+            client.close()
+
+
+def _execute(
+    axes: list[GridAxis],
+    points: list[SweepPoint],
+    file: str,
+    base_dir: str,
+    out: str,
+    workers: int | None,
+    client: Any,
+    progress_stream: TextIO | None,
+) -> SweepOutcome:
+    outcomes: dict[int, PointOutcome] = {}
+    todo: list[SweepPoint] = []
+    seen: dict[str, SweepPoint] = {}
+    duplicates: list[SweepPoint] = []  # two spellings of one resolved scenario: simulate it once
+    for point in points:
+        if point.invalid is not None:
+            outcomes[point.index] = PointOutcome(point, STATUS_INVALID, error=point.invalid)
+            continue
+        cached = _load_cached(out, point)
+        if cached is not None:
+            outcomes[point.index] = PointOutcome(point, STATUS_OK, metrics_of(cached["result"]), cached=True)
+        elif point.hash in seen:
+            duplicates.append(point)
+        else:
+            seen[point.hash] = point
+            todo.append(point)
+
+    bar = Progress(len(points), progress_stream)
+    for outcome in outcomes.values():
+        bar.update(failed=outcome.status != STATUS_OK)
+
+    def done(point: SweepPoint, raw: dict[str, Any]) -> None:
+        if raw["status"] == STATUS_OK:
+            outcomes[point.index] = PointOutcome(point, STATUS_OK, metrics_of(raw["result"]))
+        else:
+            outcomes[point.index] = PointOutcome(point, STATUS_ERROR, error=raw.get("error", "unknown error"))
+        _save_point(out, point, raw)
+        bar.update(failed=raw["status"] != STATUS_OK)
+
+    n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
+    if client is not None and todo:
+        _run_dask(todo, file, base_dir, client, done)
+    elif n_workers == 1 or len(todo) <= 1:
+        _run_inline(todo, file, base_dir, done)  # no pool start-up for one point or one worker
+    else:
+        _run_processes(todo, file, base_dir, n_workers, done)
+
+    for point in duplicates:
+        twin = outcomes[seen[point.hash].index]
+        outcomes[point.index] = dataclasses.replace(twin, point=point, cached=True)
+        bar.update(failed=twin.status != STATUS_OK)
+
+    ordered = [outcomes[p.index] for p in points]
+    outcome = SweepOutcome(out, list(axes), ordered)
+    write_summary(outcome)
+    return outcome
+
+
+def csv_text(outcome: SweepOutcome) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow([a.field for a in outcome.axes] + list(RESULT_COLUMNS) + ["status", "error", "point"])
+    for o in outcome.outcomes:
+        grid = [_cell(o.point.values[a.field]) for a in outcome.axes]
+        metrics = [_cell(o.metrics.get(name)) for name in RESULT_COLUMNS]
+        writer.writerow(grid + metrics + [o.status, o.error, o.point.hash])
+    return buffer.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)
+
+
+def write_summary(outcome: SweepOutcome) -> None:
+    """sweep.csv, report.md and its figures, all moved into ``out`` together at the end."""
+    from ddpsim.outdir import atomic_dir
+
+    with atomic_dir(outcome.out) as staging:
+        with open(os.path.join(staging, "sweep.csv"), "w", encoding="utf-8") as handle:
+            handle.write(csv_text(outcome))
+        figures = _figures(outcome, staging)
+        with open(os.path.join(staging, "report.md"), "w", encoding="utf-8") as handle:
+            handle.write(report_markdown(outcome, figures))
+
+
+_MAX_SERIES = 12
+_MAX_BARS = 60
+
+
+def _numeric(values: Sequence[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _figures(outcome: SweepOutcome, folder: str) -> list[tuple[str, str]]:
+    from ddpsim.report.plots import line_plot, stacked_breakdown
+
+    ok = [o for o in outcome.outcomes if o.status == STATUS_OK]
+    if not ok:
+        return []
+    first, others = outcome.axes[0], outcome.axes[1:]
+    numeric = _numeric(first.values)
+    # categorical x values (algorithm names, "default") are plotted at their string labels
+    xs: list[Any] = [float(v) for v in first.values] if numeric else [str(v) for v in first.values]
+    series: dict[str, list[float]] = {}
+    for o in outcome.outcomes:
+        label = ", ".join(f"{a.field}={o.point.values[a.field]}" for a in others) or "step time"
+        if label not in series and len(series) >= _MAX_SERIES:
+            continue
+        ys = series.setdefault(label, [math.nan] * len(first.values))
+        position = first.values.index(o.point.values[first.field])
+        if o.status == STATUS_OK and o.metrics.get("step_time_s") is not None:
+            ys[position] = float(o.metrics["step_time_s"]) * 1e3
+    positive = numeric and min(xs) > 0
+    logx = bool(positive and max(xs) / min(xs) >= 50)
+    figures = []
+    line_plot(
+        os.path.join(folder, "step_time.png"), xs, series, first.field, "step time (ms)",
+        f"step time vs {first.field}", logx=logx,
+    )
+    figures.append(("step_time.png", f"Step time vs {first.field}"))
+    shown = ok[:_MAX_BARS]
+    labels = [", ".join(f"{v}" for v in o.point.values.values()) for o in shown]
+    parts = {name: [float(o.metrics.get(key) or 0.0) for o in shown] for name, key in _BREAKDOWN}
+    parts["other"] = [
+        max(0.0, float(o.metrics["step_time_s"]) - sum(parts[n][i] for n, _ in _BREAKDOWN)) for i, o in enumerate(shown)
+    ]
+    stacked_breakdown(os.path.join(folder, "breakdown.png"), labels, parts, "where the step time goes")
+    figures.append(("breakdown.png", "Step time breakdown" + (f" (first {_MAX_BARS} points)" if len(ok) > _MAX_BARS else "")))
+    return figures
+
+
+_BREAKDOWN = (
+    ("forward", "forward_s"),
+    ("backward", "backward_s"),
+    ("exposed communication", "exposed_comm_s"),
+    ("optimizer", "optimizer_s"),
+)
+
+
+def report_markdown(outcome: SweepOutcome, figures: Sequence[tuple[str, str]]) -> str:
+    from ddpsim.report.tables import table
+    from ddpsim.units import format_time
+
+    headers = [a.field for a in outcome.axes] + ["step time", "exposed comm", "samples/s", "memory", "status"]
+    rows = []
+    for o in outcome.outcomes:
+        m = o.metrics
+        ok = o.status == STATUS_OK
+        rows.append(
+            [_cell(o.point.values[a.field]) for a in outcome.axes]
+            + [
+                format_time(m["step_time_s"]) if ok else "-",
+                format_time(m["exposed_comm_s"]) if ok else "-",
+                f"{m['samples_per_s']:,.0f}" if ok else "-",
+                ("fits" if m.get("fits_in_memory") else "DOES NOT FIT") if ok else "-",
+                o.status if ok else f"{o.status}: {o.error}".replace("|", "/"),
+            ]
+        )
+    lines = [
+        "# ddpsim sweep",
+        "",
+        f"{len(outcome.outcomes)} points over " + ", ".join(f"`{a.field}`" for a in outcome.axes)
+        + f"; {outcome.failed} failed. Raw numbers: `sweep.csv`; one result per point in `points/`.",
+        "",
+        table(headers, rows, markdown=True),
+        "",
+    ]
+    lines += [f"![{title}]({name})\n" for name, title in figures]
+    return "\n".join(lines)

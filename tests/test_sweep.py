@@ -1,0 +1,213 @@
+"""Sweeps: grid expansion, resume, failing points, bad inputs, local processes and Dask.
+
+``simulate`` is replaced by a closed-form fake so the expected numbers are known independently.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import textwrap
+
+import pytest
+
+import ddpsim.simulate as simulate_module
+from ddpsim import sweep
+from ddpsim.cli import main
+from ddpsim.errors import ScenarioError
+from ddpsim.results import Result
+
+SCENARIO = textwrap.dedent(
+    """
+    workload: {model: mlp, batch_size: 4}
+    cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 2}
+    ddp: {bucket_cap_mb: 25}
+    """
+)
+
+
+def fake_step_s(cap_mb: float, nodes: int) -> float:
+    return 0.100 + 0.010 * nodes + 0.001 * cap_mb
+
+
+def fake_simulate(scenario) -> Result:
+    world = scenario.cluster.world_size
+    step = fake_step_s(scenario.ddp.bucket_cap_mb or 25.0, scenario.cluster.nodes)
+    return Result(
+        scenario=scenario.source, model="fake", gpu="H100-SXM", world_size=world, nodes=scenario.cluster.nodes,
+        gpus_per_node=scenario.cluster.gpus_per_node, algorithm="ring", protocol="simple", mode="detailed",
+        bucket_cap_mb=scenario.ddp.bucket_cap_mb, step_time_s=step, forward_s=0.3 * step, backward_s=0.5 * step,
+        optimizer_s=0.1 * step, comm_time_s=0.2 * step, exposed_comm_s=0.1 * step, compute_only_s=0.9 * step,
+        copy_s=0.0, buckets=[], samples_per_s=scenario.workload.batch_size * world / step,
+        memory_bytes={"total": 1e9}, gpu_memory_bytes=80e9,
+    )
+
+
+@pytest.fixture
+def scenario_file(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text(SCENARIO)
+    return str(path)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """Counts simulate() calls made in this process (inline and Dask-thread runs)."""
+    seen: list[tuple[float | None, int]] = []
+
+    def counting(scenario):
+        seen.append((scenario.ddp.bucket_cap_mb, scenario.cluster.nodes))
+        return fake_simulate(scenario)
+
+    monkeypatch.setattr(simulate_module, "simulate", counting)
+    return seen
+
+
+def read_csv(out) -> list[dict[str, str]]:
+    with open(os.path.join(out, "sweep.csv"), encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_grid_is_the_cartesian_product():
+    axes = sweep.parse_grid(["ddp.bucket_cap_mb=1,5,25", "cluster.nodes=1,2"])
+    points = sweep.expand_grid({"ddp": {}, "cluster": {}}, axes, "x.yaml")
+    assert len(points) == 6 == sweep.point_count(axes)
+    expected = {(1, 1), (1, 2), (5, 1), (5, 2), (25, 1), (25, 2)}
+    assert {(p.values["ddp.bucket_cap_mb"], p.values["cluster.nodes"]) for p in points} == expected
+    assert {(p.data["ddp"]["bucket_cap_mb"], p.data["cluster"]["nodes"]) for p in points} == expected
+
+
+def test_grid_values_are_yaml_scalars():
+    (axis,) = sweep.parse_grid(["x.y=0.5,true,ring,400Gbps,null"])
+    assert axis.values == (0.5, True, "ring", "400Gbps", None)
+
+
+@pytest.mark.parametrize("spec", ["ddp.bucket_cap_mb=", "ddp.bucket_cap_mb=1,,5", "nofield", "=1,2"])
+def test_bad_grid_specs(spec):
+    with pytest.raises(ScenarioError):
+        sweep.parse_grid([spec])
+
+
+def test_sweep_writes_csv_points_and_report(scenario_file, tmp_path, calls):
+    out = str(tmp_path / "out")
+    outcome = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,5", "cluster.nodes=1,2"], out, workers=1)
+    assert outcome.computed == 4 and outcome.failed == 0 and len(calls) == 4
+    rows = read_csv(out)
+    assert [(float(r["ddp.bucket_cap_mb"]), int(r["cluster.nodes"])) for r in rows] == [(1, 1), (1, 2), (5, 1), (5, 2)]
+    for row in rows:
+        expected = fake_step_s(float(row["ddp.bucket_cap_mb"]), int(row["cluster.nodes"]))
+        assert float(row["step_time_s"]) == pytest.approx(expected, rel=1e-12)
+        assert row["status"] == "ok" and row["error"] == ""
+        assert float(row["samples_per_s"]) == pytest.approx(4 * 2 * int(row["cluster.nodes"]) / expected)
+    assert len(os.listdir(os.path.join(out, "points"))) == 4
+    assert {"sweep.csv", "report.md", "step_time.png", "breakdown.png", "points"} <= set(os.listdir(out))
+    report = open(os.path.join(out, "report.md"), encoding="utf-8").read()
+    assert "step_time.png" in report and "| ddp.bucket_cap_mb" in report
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".ddpsim-")]  # no staging left over
+
+
+def test_rerun_skips_computed_points(scenario_file, tmp_path, calls):
+    out = str(tmp_path / "out")
+    sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,5"], out, workers=1)
+    assert len(calls) == 2
+    again = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,5"], out, workers=1)
+    assert len(calls) == 2 and again.reused == 2 and again.computed == 0
+    # a wider grid (spelled differently: 5.0 is 5 MiB) computes only the new point
+    wider = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,5.0,10"], out, workers=1)
+    assert calls[2:] == [(10.0, 1)] and wider.reused == 2
+    assert len(read_csv(out)) == 3
+
+
+def test_failing_point_is_recorded_and_others_complete(scenario_file, tmp_path, monkeypatch):
+    def flaky(scenario):
+        if scenario.cluster.nodes == 2:
+            raise RuntimeError("boom on two nodes")
+        return fake_simulate(scenario)
+
+    monkeypatch.setattr(simulate_module, "simulate", flaky)
+    out = str(tmp_path / "out")
+    outcome = sweep.run_sweep(scenario_file, ["cluster.nodes=1,2,4"], out, workers=1)
+    rows = {r["cluster.nodes"]: r for r in read_csv(out)}
+    assert rows["2"]["status"] == "error" and "boom on two nodes" in rows["2"]["error"]
+    assert rows["2"]["step_time_s"] == ""
+    assert rows["1"]["status"] == rows["4"]["status"] == "ok"
+    assert outcome.failed == 1
+    # the failure is retried on the next run, the successes are not
+    monkeypatch.setattr(simulate_module, "simulate", fake_simulate)
+    assert sweep.run_sweep(scenario_file, ["cluster.nodes=1,2,4"], out, workers=1).computed == 1
+
+
+def test_invalid_value_is_a_failed_point_not_a_failed_sweep(scenario_file, tmp_path, calls):
+    out = str(tmp_path / "out")
+    outcome = sweep.run_sweep(scenario_file, ["cluster.nodes=1,0"], out, workers=1)
+    assert [o.status for o in outcome.outcomes] == ["ok", "invalid"]
+    assert "at least 1" in outcome.outcomes[1].error and len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "grid",
+    [
+        ["ddp.bucket_cap=1,5"],  # unknown field
+        ["ddpp.bucket_cap_mb=1"],  # unknown section
+        ["cluster.nodes="],  # empty value list
+        ["ddp.bucket_cap_mb=" + ",".join(str(i) for i in range(1, 40)), "cluster.nodes=" + ",".join(map(str, range(1, 30)))],
+    ],
+    ids=["unknown-field", "unknown-section", "empty-values", "too-many-points"],
+)
+def test_bad_inputs_exit_2_and_write_nothing(scenario_file, tmp_path, calls, capsys, grid):
+    out = tmp_path / "out"
+    argv = ["sweep", scenario_file, "--out", str(out)] + [a for g in grid for a in ("--grid", g)]
+    assert main(argv) == 2
+    assert not out.exists() and not calls
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("ddpsim: error:") and "\n" not in err
+    # an existing folder is left exactly as it was
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    assert main(argv) == 2
+    assert os.listdir(out) == ["keep.txt"]
+
+
+def test_many_points_with_yes_pass_the_check(scenario_file):
+    grid = ["ddp.bucket_cap_mb=" + ",".join(str(i) for i in range(1, 40)), "cluster.nodes=" + ",".join(map(str, range(1, 30)))]
+    _, points, _, _ = sweep.prepare_sweep(scenario_file, grid, yes=True)
+    assert len(points) == 39 * 29
+
+
+def test_cli_sweep_prints_summary(scenario_file, tmp_path, calls, capsys):
+    out = tmp_path / "out"
+    assert main(["sweep", scenario_file, "--grid", "ddp.bucket_cap_mb=1,5", "--out", str(out), "--workers", "1"]) == 0
+    captured = capsys.readouterr()
+    assert "2 points: 2 simulated, 0 reused, 0 failed" in captured.out
+    assert "2/2 points" in captured.err  # the progress bar
+
+
+def test_process_pool(scenario_file, tmp_path, monkeypatch):
+    monkeypatch.setattr(simulate_module, "simulate", fake_simulate)  # forked workers inherit the fake
+    out = str(tmp_path / "out")
+    outcome = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,2,3,4"], out, workers=2)
+    assert outcome.computed == 4
+    steps = [float(r["step_time_s"]) for r in read_csv(out)]
+    assert steps == pytest.approx([fake_step_s(c, 1) for c in (1, 2, 3, 4)], rel=1e-12)
+
+
+def test_dask_local_cluster(scenario_file, tmp_path, calls):
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        out = str(tmp_path / "out")
+        outcome = sweep.run_sweep(scenario_file, ["cluster.nodes=1,2,3"], out, dask_address=cluster.scheduler_address)
+    assert outcome.computed == 3 and sorted(n for _, n in calls) == [1, 2, 3]
+    steps = {int(r["cluster.nodes"]): float(r["step_time_s"]) for r in read_csv(out)}
+    assert steps == pytest.approx({n: fake_step_s(25, n) for n in (1, 2, 3)}, rel=1e-12)
+    with open(os.path.join(out, "points", outcome.outcomes[0].point.hash + ".json"), encoding="utf-8") as handle:
+        assert json.load(handle)["status"] == "ok"
+
+
+def test_unreachable_dask_scheduler_exits_2(scenario_file, tmp_path, calls, capsys, monkeypatch):
+    pytest.importorskip("distributed")
+    monkeypatch.setattr(sweep, "DASK_CONNECT_TIMEOUT_S", 1)
+    out = tmp_path / "out"
+    argv = ["sweep", scenario_file, "--grid", "cluster.nodes=1,2", "--out", str(out), "--dask", "tcp://127.0.0.1:9"]
+    assert main(argv) == 2
+    assert "Dask scheduler" in capsys.readouterr().err and not out.exists() and not calls
