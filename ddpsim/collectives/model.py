@@ -1,0 +1,301 @@
+"""Price an all-reduce on a topology: closed forms, a fast phase-by-phase model, a detailed one.
+
+FAST: each phase's flows get max-min fair rates (computed once per algorithm: rates do not depend
+on message size), a phase lasts its hop latency plus its slowest flow, identical consecutive phases
+are priced once and multiplied. Contention between concurrent flows of a phase is modelled;
+rate changes inside a phase (a flow finishing early frees bandwidth) are not.
+
+DETAILED: every transfer of every phase becomes a flow on a ``FlowNetwork`` (rates re-shared
+whenever a flow starts or ends, and shared with any other traffic on that network); a phase starts
+when the previous one has fully finished. Both modes agree exactly when a phase's flows finish
+together, which is the case of the symmetric schedules on the preset topologies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
+from ddpsim.collectives.schedules import ALGORITHMS, Phase, build_schedule, tree_depth, tree_max_degree
+from ddpsim.network import FlowNetwork, LinkMatrix, max_min_rates
+from ddpsim.topology import TRANSPORTS, Topology
+
+# NCCL's automatic choice weighs Ring and Tree only; hierarchical is there when asked for by name.
+AUTO_ALGORITHMS = ("ring", "tree")
+
+
+@dataclass
+class _PricedPhase:
+    """One phase of a unit-size (1 byte) all-reduce, with everything that does not depend on size."""
+
+    phase: Phase
+    link_ids: list[tuple[int, ...]]
+    fraction: np.ndarray  # bytes of each flow per byte all-reduced
+    link_latency_s: np.ndarray
+    transport: np.ndarray  # index into TRANSPORTS per flow
+    path_latency_s: np.ndarray | None  # per hop of the latency path (pipelined phases)
+    path_transport: np.ndarray | None
+    rate_Bps: np.ndarray | None = None  # filled on first FAST pricing
+
+
+class CollectiveModel:
+    """All-reduce times on one topology, under one protocol table (NCCL's defaults if None)."""
+
+    def __init__(self, topology: Topology, protocol_table: ProtocolTable | None = None) -> None:
+        self.topology = topology
+        self.protocol_table = ProtocolTable() if protocol_table is None else protocol_table
+        self._structures: dict[str, list[_PricedPhase]] = {}
+        self._times: dict[tuple[str, str, float], float] = {}
+        self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    # -- choosing -------------------------------------------------------------------------------
+    def choose(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> tuple[str, str]:
+        """The (algorithm, protocol) with the smallest predicted time, as NCCL picks; ties keep
+        NCCL's order (ring before tree, LL before LL128 before Simple)."""
+        algorithms = AUTO_ALGORITHMS if algorithm == "auto" else (_check_algorithm(algorithm),)
+        protocols = PROTOCOL_NAMES if protocol == "auto" else (_check_protocol(protocol),)
+        best: tuple[float, str, str] | None = None
+        for alg in algorithms:
+            for proto in protocols:
+                time_s = self.allreduce_time_s(nbytes, alg, proto)
+                if best is None or time_s < best[0]:
+                    best = (time_s, alg, proto)
+        assert best is not None
+        return best[1], best[2]
+
+    # -- FAST mode ------------------------------------------------------------------------------
+    def allreduce_time_s(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> float:
+        """Predicted time of one all-reduce of ``nbytes`` per rank (FAST mode, cached)."""
+        if algorithm == "auto" or protocol == "auto":
+            algorithm, protocol = self.choose(nbytes, algorithm, protocol)
+        key = (_check_algorithm(algorithm), _check_protocol(protocol), float(nbytes))
+        cached = self._times.get(key)
+        if cached is not None:
+            return cached
+        if nbytes < 0:
+            raise ValueError(f"nbytes must be non-negative, got {nbytes}")
+        structure = self._structure(algorithm)
+        if not structure:
+            return 0.0  # a single rank has nothing to exchange
+        slope, offset, efficiency = self._protocol_coefficients(algorithm, protocol)
+        total_s = self.protocol_table.base_latency(algorithm, protocol)
+        for priced in structure:
+            rates = self._rates(priced)
+            transfer_s = priced.fraction * nbytes / (rates * efficiency[priced.transport])
+            if priced.path_latency_s is None:
+                hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
+                phase_s = float(np.max(hop_s + transfer_s))
+            else:
+                assert priced.path_transport is not None
+                path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
+                phase_s = float(np.sum(path_s)) + float(np.max(transfer_s))
+            total_s += priced.phase.repeat * phase_s
+        self._times[key] = total_s
+        return total_s
+
+    def bus_bandwidth_Bps(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> float:
+        """nccl-tests' busbw of the predicted all-reduce: nbytes / time * 2(n-1)/n."""
+        n = self.topology.world_size
+        time_s = self.allreduce_time_s(nbytes, algorithm, protocol)
+        return 0.0 if time_s == 0 else nbytes / time_s * 2 * (n - 1) / n
+
+    # -- DETAILED mode --------------------------------------------------------------------------
+    def allreduce_process(
+        self,
+        env: simpy.Environment,
+        network: FlowNetwork,
+        nbytes: float,
+        algorithm: str = "auto",
+        protocol: str = "auto",
+    ) -> Generator[simpy.Event, object, tuple[str, str]]:
+        """A simpy process body: every transfer of every phase as a flow on ``network``.
+
+        ``network`` must index links as this model's topology does. Returns (algorithm, protocol).
+        """
+        if algorithm == "auto" or protocol == "auto":
+            algorithm, protocol = self.choose(nbytes, algorithm, protocol)
+        structure = self._structure(_check_algorithm(algorithm))
+        if not structure:
+            return algorithm, protocol
+        slope, offset, efficiency = self._protocol_coefficients(algorithm, _check_protocol(protocol))
+        base_s = self.protocol_table.base_latency(algorithm, protocol)
+        if base_s > 0:
+            yield env.timeout(base_s)
+        for priced in structure:
+            wire_bytes = priced.fraction * nbytes / efficiency[priced.transport]
+            if priced.path_latency_s is None:
+                hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
+                fill_s = 0.0
+            else:
+                assert priced.path_transport is not None
+                hop_s = np.zeros(len(wire_bytes))
+                path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
+                fill_s = float(np.sum(path_s))
+            for _ in range(priced.phase.repeat):
+                if fill_s > 0:
+                    yield env.timeout(fill_s)
+                flows = [
+                    network.transfer(links, float(size), float(latency))
+                    for links, size, latency in zip(priced.link_ids, wire_bytes, hop_s, strict=True)
+                ]
+                yield env.all_of(flows)
+        return algorithm, protocol
+
+    # -- closed form ----------------------------------------------------------------------------
+    def closed_form_s(self, nbytes: float, algorithm: str, protocol: str = "simple") -> float:
+        """The uncontended closed form on this topology's links (see module-level ``closed_form_s``).
+
+        Intra-node bandwidth and latency are read off the route rank 0 -> 1, inter-node ones off
+        the route the algorithm's first inter-node transfer takes; protocol costs applied.
+        """
+        topo, table = self.topology, self.protocol_table
+        algorithm, protocol = _check_algorithm(algorithm), _check_protocol(protocol)
+        g, nodes = topo.gpus_per_node, topo.nodes
+        if topo.world_size < 2:
+            return 0.0
+
+        def hop(src: int, dst: int) -> tuple[float, float]:
+            route = topo.route(src, dst)
+            transport = topo.transport(src, dst)
+            bandwidth = float(np.min(topo.capacity_Bps[list(route.link_ids)])) * table.efficiency(protocol, transport)
+            return bandwidth, table.hop_latency(transport, algorithm, protocol, route.latency_s)
+
+        intra_Bps, intra_s = hop(0, 1) if g > 1 else (1.0, 0.0)
+        inter_Bps, inter_s = intra_Bps, intra_s
+        if nodes > 1:
+            inter_Bps, inter_s = hop(g - 1, g) if algorithm == "ring" else hop(0, g)
+        switched = True
+        if g >= 3:
+            switched = bool(set(topo.route(1, 0).link_ids) & set(topo.route(1, 2).link_ids))
+        return table.base_latency(algorithm, protocol) + closed_form_s(
+            algorithm, topo.world_size, nbytes, intra_Bps, intra_s, nodes,
+            inter_bandwidth_Bps=inter_Bps, inter_latency_s=inter_s, intra_switched=switched,
+        )
+
+    # -- internals ------------------------------------------------------------------------------
+    def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
+        """The algorithm's phases for an all-reduce of ``nbytes`` on this topology."""
+        topo = self.topology
+        return build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes)
+
+    def _structure(self, algorithm: str) -> list[_PricedPhase]:
+        cached = self._structures.get(algorithm)
+        if cached is not None:
+            return cached
+        topo = self.topology
+        transport_code = {name: i for i, name in enumerate(TRANSPORTS)}
+        structure = []
+        for phase in self.schedule(algorithm, 1.0):
+            routes = [topo.route(t.src_rank, t.dst_rank) for t in phase.transfers]
+            path_latency = path_transport = None
+            if phase.latency_path is not None:
+                path_latency = np.array([topo.route(s, d).latency_s for s, d in phase.latency_path])
+                path_transport = np.array([transport_code[topo.transport(s, d)] for s, d in phase.latency_path],
+                                          dtype=np.int64)
+            structure.append(_PricedPhase(
+                phase=phase,
+                link_ids=[r.link_ids for r in routes],
+                fraction=np.array([t.nbytes for t in phase.transfers]),
+                link_latency_s=np.array([r.latency_s for r in routes]),
+                transport=np.array([transport_code[topo.transport(t.src_rank, t.dst_rank)] for t in phase.transfers],
+                                   dtype=np.int64),
+                path_latency_s=path_latency,
+                path_transport=path_transport,
+            ))
+        self._structures[algorithm] = structure
+        return structure
+
+    def _rates(self, priced: _PricedPhase) -> np.ndarray:
+        if priced.rate_Bps is None:
+            matrix = LinkMatrix.from_lists(priced.link_ids)
+            priced.rate_Bps = max_min_rates(matrix, self.topology.capacity_Bps)
+        return priced.rate_Bps
+
+    def _protocol_coefficients(self, algorithm: str, protocol: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per transport: hop latency = slope * link latency + offset, and bandwidth efficiency.
+
+        Every hop-latency mode is affine in the link latency, so two evaluations recover it and
+        whole phases are then priced with array arithmetic.
+        """
+        key = (algorithm, protocol)
+        cached = self._coefficients.get(key)
+        if cached is None:
+            table = self.protocol_table
+            offset = np.array([table.hop_latency(t, algorithm, protocol, 0.0) for t in TRANSPORTS])
+            slope = np.array([table.hop_latency(t, algorithm, protocol, 1.0) for t in TRANSPORTS]) - offset
+            efficiency = np.array([table.efficiency(protocol, t) for t in TRANSPORTS])
+            cached = self._coefficients[key] = (slope, offset, efficiency)
+        return cached
+
+
+def _check_algorithm(algorithm: str) -> str:
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
+    return algorithm
+
+
+def _check_protocol(protocol: str) -> str:
+    if protocol not in PROTOCOL_NAMES:
+        raise ValueError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOL_NAMES)}")
+    return protocol
+
+
+def closed_form_s(
+    algorithm: str,
+    n_ranks: int,
+    nbytes: float,
+    bandwidth_Bps: float,
+    latency_s: float,
+    nodes: int = 1,
+    *,
+    inter_bandwidth_Bps: float | None = None,
+    inter_latency_s: float | None = None,
+    intra_switched: bool = True,
+) -> float:
+    """Uncontended all-reduce time of this package's schedules, without protocol costs.
+
+    ``bandwidth_Bps``/``latency_s`` describe one GPU-to-GPU hop inside a node (and across nodes
+    unless ``inter_*`` are given). ``intra_switched``: GPUs reach each other through a switch (one
+    up-link and one down-link per GPU, as NVSwitch and PCIe), else over direct links.
+
+    ring: 2(n-1) hops of S/n: 2(n-1)·α + 2(n-1)/n·S/B (the slower hop class sets each step).
+    tree: one pipelined phase: 2·((g-1)·α_intra + D·α_inter) + S/2·max(c_intra/B_intra, c_inter/B_inter),
+      D the depth of the deeper of NCCL's two trees over the nodes and c the most S/2 flows one
+      link carries (a chain GPU on a switch sends up and down for both trees: 4; a node head's NIC:
+      its edge count over both trees).
+    hierarchical: 2(g-1)·(α_intra + S/g/B_intra) + 2(N-1)·(α_inter + S/(gN)/B_inter).
+    """
+    algorithm = _check_algorithm(algorithm)
+    if nodes < 1 or n_ranks % nodes:
+        raise ValueError(f"{n_ranks} ranks do not split into {nodes} nodes")
+    g = n_ranks // nodes
+    intra_Bps, intra_s = bandwidth_Bps, latency_s
+    inter_Bps = bandwidth_Bps if inter_bandwidth_Bps is None else inter_bandwidth_Bps
+    inter_s = latency_s if inter_latency_s is None else inter_latency_s
+    if n_ranks < 2:
+        return 0.0
+    if algorithm == "ring":
+        steps = 2 * (n_ranks - 1)
+        hops = ([(intra_s, intra_Bps)] if g > 1 else []) + ([(inter_s, inter_Bps)] if nodes > 1 else [])
+        alpha, beta = max(hops, key=lambda h: h[0] + nbytes / n_ranks / h[1])
+        return steps * alpha + steps / n_ranks * nbytes / beta
+    if algorithm == "tree":
+        if g < 2:
+            intra_flows = 0
+        elif g == 2 or not intra_switched:
+            intra_flows = 2
+        else:
+            intra_flows = 4
+        inter_flows = tree_max_degree(nodes) if nodes > 1 else 0
+        latency = 2 * ((g - 1) * intra_s + tree_depth(nodes) * inter_s)
+        return latency + nbytes / 2 * max(intra_flows / intra_Bps, inter_flows / inter_Bps)
+    total = 0.0
+    if g > 1:
+        total += 2 * (g - 1) * intra_s + 2 * (g - 1) / g * nbytes / intra_Bps
+    if nodes > 1:
+        total += 2 * (nodes - 1) * inter_s + 2 * (nodes - 1) / nodes * (nbytes / g) / inter_Bps
+    return total

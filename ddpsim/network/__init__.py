@@ -1,0 +1,6 @@
+"""How concurrent transfers share directed links over time (the contention model)."""
+
+from ddpsim.network.fairshare import LinkMatrix, max_min_rates
+from ddpsim.network.flows import FlowNetwork
+
+__all__ = ["FlowNetwork", "LinkMatrix", "max_min_rates"]

@@ -1,0 +1,450 @@
+"""Build a cluster's link graph from a ``ClusterSpec`` and route between GPUs.
+
+Every physical link is full duplex, so it becomes two directed links with their own capacity; a
+directed link's integer id indexes ``Topology.capacity_Bps`` and every per-link array downstream.
+
+Preset clusters are routed structurally (table look-ups, no graph search) because a 16,384-GPU
+cluster must build and route in seconds; custom graphs fall back to shortest paths by hop count.
+
+Latency conventions: a preset's per-hop latency is split evenly over the two links of a switched
+hop (GPU->switch->GPU) so that one GPU-to-GPU hop costs exactly the configured latency; likewise an
+inter-node route costs the configured network latency once, whatever the switch levels crossed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import networkx as nx
+import numpy as np
+
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario.schema import (
+    INTER_NODE_TYPES,
+    INTRA_NODE_TYPES,
+    ClusterSpec,
+    CustomTopologySpec,
+)
+
+# How a GPU-to-GPU hop is carried, the key protocol latencies are looked up by (NCCL's NVLINK,
+# PCI and NET hardware classes, plus host shared memory which has its own measured behaviour).
+TRANSPORTS = ("nvlink", "pci", "shm", "net")
+_INTRA_TRANSPORT = {"nvswitch": "nvlink", "nvlink-ring": "nvlink", "pcie": "pci", "shm": "shm", "socket": "net"}
+_HUB_NAME = {"nvswitch": "nvsw", "pcie": "pcie", "shm": "host", "socket": "host"}
+
+
+@dataclass(frozen=True)
+class Route:
+    """Directed link ids from source GPU to destination GPU, and the summed link latency."""
+
+    link_ids: tuple[int, ...]
+    latency_s: float
+
+
+class _LinkTable:
+    """Directed links accumulated while a topology is built (ids are list positions)."""
+
+    def __init__(self) -> None:
+        self.src: list[str] = []
+        self.dst: list[str] = []
+        self.bandwidth_Bps: list[float] = []
+        self.latency_s: list[float] = []
+        self.link_class: list[str] = []
+
+    def add_duplex(self, a: str, b: str, bandwidth_Bps: float, latency_s: float, link_class: str) -> tuple[int, int]:
+        forward = len(self.src)
+        for u, v in ((a, b), (b, a)):
+            self.src.append(u)
+            self.dst.append(v)
+            self.bandwidth_Bps.append(bandwidth_Bps)
+            self.latency_s.append(latency_s)
+            self.link_class.append(link_class)
+        return forward, forward + 1
+
+
+class Topology:
+    """A built cluster: the graph, GPUs in rank order, directed link arrays and routes.
+
+    Attributes:
+        graph: ``nx.DiGraph``; edges carry bandwidth_Bps, latency_s, link_class ("intra"|"inter")
+            and link_id (the index into the per-link arrays).
+        gpu_vertices: vertex name of each rank, in rank order.
+        capacity_Bps: per directed link, bytes/s.
+        latency_s: per directed link, seconds.
+        link_class: per directed link, "intra" or "inter".
+        intra_transport: how GPUs of one node talk ("nvlink", "pci", "shm" or "net").
+    """
+
+    def __init__(
+        self,
+        *,
+        graph: nx.DiGraph,
+        gpu_vertices: Sequence[str],
+        gpus_per_node: int,
+        links: _LinkTable,
+        router: Callable[[int, int], tuple[int, ...]],
+        intra_transport: str,
+        description: str,
+    ) -> None:
+        self.graph = graph
+        self.gpu_vertices: tuple[str, ...] = tuple(gpu_vertices)
+        self.gpus_per_node = gpus_per_node
+        self.world_size = len(self.gpu_vertices)
+        self.nodes = self.world_size // gpus_per_node
+        self.capacity_Bps = np.asarray(links.bandwidth_Bps, dtype=np.float64)
+        self.latency_s = np.asarray(links.latency_s, dtype=np.float64)
+        self.link_class: tuple[str, ...] = tuple(links.link_class)
+        self.intra_transport = intra_transport
+        self.description = description
+        self._links = links
+        self._router = router
+        self._routes: dict[tuple[int, int], Route] = {}
+
+    @property
+    def n_links(self) -> int:
+        return len(self.capacity_Bps)
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.gpus_per_node
+
+    def route(self, src_rank: int, dst_rank: int) -> Route:
+        """The directed links a transfer from ``src_rank`` to ``dst_rank`` crosses (cached)."""
+        key = (src_rank, dst_rank)
+        cached = self._routes.get(key)
+        if cached is not None:
+            return cached
+        if not (0 <= src_rank < self.world_size and 0 <= dst_rank < self.world_size):
+            raise IndexError(f"rank pair {key} outside world of {self.world_size}")
+        ids = self._router(src_rank, dst_rank)
+        lat = self.latency_s
+        route = Route(ids, float(sum(lat[i] for i in ids)))
+        self._routes[key] = route
+        return route
+
+    def transport(self, src_rank: int, dst_rank: int) -> str:
+        """The transport class of a hop: the node's intra transport, or "net" across nodes."""
+        if self.node_of(src_rank) == self.node_of(dst_rank):
+            return self.intra_transport
+        return "net"
+
+    def link_names(self, ids: Iterable[int]) -> list[str]:
+        """Human-readable "u->v" names of directed links, for reports."""
+        return [f"{self._links.src[i]}->{self._links.dst[i]}" for i in ids]
+
+    def link_endpoints(self, link_id: int) -> tuple[str, str]:
+        return self._links.src[link_id], self._links.dst[link_id]
+
+    def nic_uplink(self, rank: int) -> int | None:
+        """The first inter-node link a rank's traffic to another node enters (None on one node)."""
+        if self.nodes < 2:
+            return None
+        other = (rank + self.gpus_per_node) % self.world_size
+        for link_id in self.route(rank, other).link_ids:
+            if self.link_class[link_id] == "inter":
+                return link_id
+        return None
+
+    def with_capacity(self, capacity_Bps: np.ndarray) -> Topology:
+        """A copy whose links have the given capacities (e.g. a degraded link); routes are shared."""
+        capacity = np.asarray(capacity_Bps, dtype=np.float64)
+        if capacity.shape != self.capacity_Bps.shape:
+            raise ValueError(f"expected {self.capacity_Bps.shape} capacities, got {capacity.shape}")
+        if not np.all(capacity > 0):
+            raise ValueError("link capacities must be positive")
+        links = _LinkTable()
+        links.src, links.dst = self._links.src, self._links.dst
+        links.bandwidth_Bps = [float(c) for c in capacity]
+        links.latency_s, links.link_class = self._links.latency_s, self._links.link_class
+        graph = self.graph.copy()
+        for i in np.flatnonzero(capacity != self.capacity_Bps):
+            graph.edges[links.src[i], links.dst[i]]["bandwidth_Bps"] = float(capacity[i])
+        twin = Topology(
+            graph=graph,
+            gpu_vertices=self.gpu_vertices,
+            gpus_per_node=self.gpus_per_node,
+            links=links,
+            router=self._router,
+            intra_transport=self.intra_transport,
+            description=self.description,
+        )
+        twin._routes = self._routes  # routes depend on structure only, never on capacity
+        return twin
+
+    def __repr__(self) -> str:
+        return f"Topology({self.description}, {self.world_size} GPUs, {self.n_links} directed links)"
+
+
+def build_topology(cluster: ClusterSpec, *, nodes_per_leaf: int = 1) -> Topology:
+    """Build the link graph of a cluster.
+
+    ``nodes_per_leaf`` only shapes fat-tree and ethernet networks: how many nodes share a leaf
+    switch. The default, 1, sends every inter-node flow through the spine, so oversubscription
+    always applies (the conservative reading of a fat tree whose radix the scenario does not give).
+    """
+    if cluster.topology is not None:
+        return _build_custom(cluster, cluster.topology)
+    return _build_preset(cluster, nodes_per_leaf)
+
+
+def _gpu(node: int, index: int) -> str:
+    return f"n{node}.g{index}"
+
+
+def _check_positive(value: float, field: str, what: str) -> None:
+    if not (value > 0 and np.isfinite(value)):
+        raise ScenarioError(f"{what} must be a positive finite number, got {value!r}", field=field)
+
+
+def _check_latency(value: float, field: str) -> None:
+    if not (value >= 0 and np.isfinite(value)):
+        raise ScenarioError(f"latency must be non-negative and finite, got {value!r}", field=field)
+
+
+def _assemble_graph(vertices: dict[str, dict[str, object]], links: _LinkTable) -> nx.DiGraph:
+    graph = nx.DiGraph()
+    graph.add_nodes_from(vertices.items())
+    graph.add_edges_from(
+        (u, v, {"bandwidth_Bps": bw, "latency_s": lat, "link_class": cls, "link_id": i})
+        for i, (u, v, bw, lat, cls) in enumerate(
+            zip(links.src, links.dst, links.bandwidth_Bps, links.latency_s, links.link_class, strict=True)
+        )
+    )
+    return graph
+
+
+class _PresetRouter:
+    """Structural routes: switch or ring inside a node, up to a leaf (and spine) across nodes."""
+
+    def __init__(self, gpus_per_node: int, ring: bool, world: int) -> None:
+        self.g = gpus_per_node
+        self.ring = ring
+        # intra: GPU->hub and hub->GPU for switched nodes, next/previous link for rings
+        self.up = [-1] * world
+        self.down = [-1] * world
+        # inter: links from a GPU up to its leaf and back down, the leaf it hangs off
+        self.to_leaf: list[tuple[int, ...]] = [()] * world
+        self.from_leaf: list[tuple[int, ...]] = [()] * world
+        self.leaf_of = [-1] * world
+        self.leaf_up: list[int] = []
+        self.leaf_down: list[int] = []
+
+    def __call__(self, src: int, dst: int) -> tuple[int, ...]:
+        if src == dst:
+            return ()
+        g = self.g
+        if src // g == dst // g:
+            if not self.ring:
+                return (self.up[src], self.down[dst])
+            base, local_src, local_dst = src - src % g, src % g, dst % g
+            forward = (local_dst - local_src) % g
+            # the shorter way round; ties go forward so routes are deterministic
+            if forward <= g - forward:
+                return tuple(self.up[base + (local_src + k) % g] for k in range(forward))
+            return tuple(self.down[base + (local_src - k) % g] for k in range(g - forward))
+        leaf_src, leaf_dst = self.leaf_of[src], self.leaf_of[dst]
+        if leaf_src == leaf_dst:
+            return self.to_leaf[src] + self.from_leaf[dst]
+        return self.to_leaf[src] + (self.leaf_up[leaf_src], self.leaf_down[leaf_dst]) + self.from_leaf[dst]
+
+
+def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
+    n_nodes, g = cluster.nodes, cluster.gpus_per_node
+    if not (isinstance(n_nodes, int) and n_nodes >= 1):
+        raise ScenarioError(f"expected a whole number of nodes >= 1, got {n_nodes!r}", field="cluster.nodes")
+    if not (isinstance(g, int) and g >= 1):
+        raise ScenarioError(f"expected a whole number >= 1, got {g!r}", field="cluster.gpus_per_node")
+    if nodes_per_leaf < 1:
+        raise ValueError(f"nodes_per_leaf must be >= 1, got {nodes_per_leaf}")
+    intra, inter = cluster.intra_node, cluster.inter_node
+    if intra.type not in INTRA_NODE_TYPES:
+        raise ScenarioError(f"expected one of {', '.join(INTRA_NODE_TYPES)}, got {intra.type!r}",
+                            field="cluster.intra_node.type")
+    _check_positive(intra.bandwidth_Bps, "cluster.intra_node.bandwidth", "bandwidth")
+    _check_latency(intra.latency_s, "cluster.intra_node.latency")
+
+    world = n_nodes * g
+    ring = intra.type == "nvlink-ring"
+    router = _PresetRouter(g, ring, world)
+    links = _LinkTable()
+    vertices: dict[str, dict[str, object]] = {}
+    for rank in range(world):
+        vertices[_gpu(rank // g, rank % g)] = {"kind": "gpu", "rank": rank, "node": rank // g}
+
+    for node in range(n_nodes):
+        base = node * g
+        if ring:
+            # direct GPU-GPU links; a 2-GPU "ring" is one duplex link used both ways round
+            pairs = [(i, (i + 1) % g) for i in range(g if g > 2 else g - 1)]
+            for i, j in pairs:
+                fwd, back = links.add_duplex(_gpu(node, i), _gpu(node, j), intra.bandwidth_Bps,
+                                             intra.latency_s, "intra")
+                router.up[base + i], router.down[base + j] = fwd, back
+                if g == 2:
+                    router.up[base + j], router.down[base + i] = back, fwd
+        else:
+            hub = f"n{node}.{_HUB_NAME[intra.type]}"
+            vertices[hub] = {"kind": "switch", "node": node}
+            half_latency_s = intra.latency_s / 2
+            for i in range(g):
+                router.up[base + i], router.down[base + i] = links.add_duplex(
+                    _gpu(node, i), hub, intra.bandwidth_Bps, half_latency_s, "intra")
+
+    if n_nodes > 1:
+        _build_inter(cluster, router, links, vertices, nodes_per_leaf)
+
+    graph = _assemble_graph(vertices, links)
+    gpus = [_gpu(rank // g, rank % g) for rank in range(world)]
+    description = f"{n_nodes}x{g} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
+    return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=g, links=links, router=router,
+                    intra_transport=_INTRA_TRANSPORT[intra.type], description=description)
+
+
+def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
+                 vertices: dict[str, dict[str, object]], nodes_per_leaf: int) -> None:
+    n_nodes, g = cluster.nodes, cluster.gpus_per_node
+    inter = cluster.inter_node
+    if inter.type not in INTER_NODE_TYPES:
+        raise ScenarioError(f"expected one of {', '.join(INTER_NODE_TYPES)}, got {inter.type!r}",
+                            field="cluster.inter_node.type")
+    if inter.type == "none":
+        raise ScenarioError(
+            f"GPU {_gpu(0, 0)} cannot reach GPU {_gpu(1, 0)}: inter_node.type is none but nodes = {n_nodes}",
+            field="cluster.topology")
+    _check_positive(inter.nic_bandwidth_Bps, "cluster.inter_node.nic_bandwidth", "bandwidth")
+    _check_latency(inter.latency_s, "cluster.inter_node.latency")
+    _check_positive(inter.oversubscription, "cluster.inter_node.oversubscription", "oversubscription")
+    nic_Bps, half_latency_s = inter.nic_bandwidth_Bps, inter.latency_s / 2
+
+    leaf_names: list[str] = []
+    leaf_down_Bps: list[float] = []
+    if inter.type == "rail-fat-tree":
+        # rail i joins GPU i of every node on one leaf: same-rail traffic never climbs to the spine
+        for i in range(g):
+            leaf_names.append(f"rail{i}.leaf")
+            leaf_down_Bps.append(n_nodes * nic_Bps)
+        for rank in range(n_nodes * g):
+            node, i = divmod(rank, g)
+            up, down = links.add_duplex(_gpu(node, i), leaf_names[i], nic_Bps, half_latency_s, "inter")
+            router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up,), (down,), i
+    else:
+        default_nics = g if inter.type == "fat-tree" else 1
+        nics = default_nics if inter.nics_per_node is None else inter.nics_per_node
+        if not (isinstance(nics, int) and nics >= 1):
+            raise ScenarioError(f"expected a whole number >= 1, got {nics!r}", field="cluster.inter_node.nics_per_node")
+        n_leaves = -(-n_nodes // nodes_per_leaf)
+        for leaf in range(n_leaves):
+            leaf_names.append(f"leaf{leaf}")
+            members = min(nodes_per_leaf, n_nodes - leaf * nodes_per_leaf)
+            leaf_down_Bps.append(members * nics * nic_Bps)
+        for node in range(n_nodes):
+            leaf = node // nodes_per_leaf
+            if nics >= g:
+                # a GPU with several NICs is modelled as one port of their summed bandwidth
+                for i in range(g):
+                    up, down = links.add_duplex(_gpu(node, i), leaf_names[leaf], nic_Bps * nics / g,
+                                                half_latency_s, "inter")
+                    rank = node * g + i
+                    router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up,), (down,), leaf
+                continue
+            ports = []
+            for j in range(nics):
+                nic = f"n{node}.nic{j}"
+                vertices[nic] = {"kind": "nic", "node": node}
+                ports.append(links.add_duplex(nic, leaf_names[leaf], nic_Bps, half_latency_s, "inter"))
+            for i in range(g):
+                j = i * nics // g
+                # the GPU->NIC hop (PCIe) is given the NIC's rate so that it never is the bottleneck
+                gpu_up, gpu_down = links.add_duplex(_gpu(node, i), f"n{node}.nic{j}", nic_Bps, 0.0, "inter")
+                rank = node * g + i
+                router.to_leaf[rank] = (gpu_up, ports[j][0])
+                router.from_leaf[rank] = (ports[j][1], gpu_down)
+                router.leaf_of[rank] = leaf
+
+    for name in leaf_names:
+        vertices[name] = {"kind": "leaf"}
+    if len(leaf_names) > 1:
+        vertices["spine"] = {"kind": "spine"}
+        for name, down_Bps in zip(leaf_names, leaf_down_Bps, strict=True):
+            # oversubscription: a leaf's uplink carries 1/oversubscription of what its ports can inject
+            up, down = links.add_duplex(name, "spine", down_Bps / inter.oversubscription, 0.0, "inter")
+            router.leaf_up.append(up)
+            router.leaf_down.append(down)
+
+
+class _GraphRouter:
+    """Shortest paths by hop count on a custom graph, one BFS per source vertex (cached)."""
+
+    def __init__(self, graph: nx.DiGraph, gpus: Sequence[str]) -> None:
+        self.graph = graph
+        self.gpus = gpus
+        self._paths: dict[str, dict[str, list[str]]] = {}
+
+    def __call__(self, src: int, dst: int) -> tuple[int, ...]:
+        if src == dst:
+            return ()
+        source = self.gpus[src]
+        paths = self._paths.get(source)
+        if paths is None:
+            paths = nx.single_source_shortest_path(self.graph, source)
+            self._paths[source] = paths
+        path = paths[self.gpus[dst]]
+        return tuple(self.graph.edges[u, v]["link_id"] for u, v in zip(path, path[1:], strict=False))
+
+
+def _build_custom(cluster: ClusterSpec, spec: CustomTopologySpec) -> Topology:
+    gpus = list(spec.gpus)
+    g = spec.gpus_per_node
+    if not (isinstance(g, int) and g >= 1):
+        raise ScenarioError(f"expected a whole number >= 1, got {g!r}", field="cluster.topology.gpus_per_node")
+    if not gpus or len(gpus) % g:
+        raise ScenarioError(f"expected a non-empty multiple of gpus_per_node ({g}) GPUs, got {len(gpus)}",
+                            field="cluster.topology.gpus")
+    if len(set(gpus)) != len(gpus):
+        dup = next(v for v in gpus if gpus.count(v) > 1)
+        raise ScenarioError(f"GPU {dup!r} is listed twice", field="cluster.topology.gpus")
+    if cluster.world_size != len(gpus):
+        raise ScenarioError(f"lists {len(gpus)} GPUs but the cluster has {cluster.nodes} nodes x "
+                            f"{cluster.gpus_per_node} GPUs", field="cluster.topology.gpus")
+    rank_of = {v: r for r, v in enumerate(gpus)}
+    seen: set[frozenset[str]] = set()
+    neighbours: dict[str, set[str]] = {}
+    for k, link in enumerate(spec.links):
+        where = f"cluster.topology.links[{k}]"
+        _check_positive(link.bandwidth_Bps, f"{where}.bandwidth", "bandwidth")
+        _check_latency(link.latency_s, f"{where}.latency")
+        if link.a == link.b:
+            raise ScenarioError(f"a link must join two different vertices, got {link.a!r} twice", field=where)
+        pair = frozenset((link.a, link.b))
+        if pair in seen:
+            raise ScenarioError(f"duplicate link between {link.a!r} and {link.b!r}", field=where)
+        seen.add(pair)
+        neighbours.setdefault(link.a, set()).add(link.b)
+        neighbours.setdefault(link.b, set()).add(link.a)
+
+    def nodes_near(vertex: str) -> set[int]:
+        # a GPU belongs to its node; another vertex to the nodes of the GPUs it touches directly
+        if vertex in rank_of:
+            return {rank_of[vertex] // g}
+        return {rank_of[v] // g for v in neighbours.get(vertex, ()) if v in rank_of}
+
+    links = _LinkTable()
+    for link in spec.links:
+        near_a, near_b = nodes_near(link.a), nodes_near(link.b)
+        intra = len(near_a) == 1 and near_a == near_b
+        links.add_duplex(link.a, link.b, link.bandwidth_Bps, link.latency_s, "intra" if intra else "inter")
+    vertices: dict[str, dict[str, object]] = {}
+    for rank, v in enumerate(gpus):
+        vertices[v] = {"kind": "gpu", "rank": rank, "node": rank // g}
+    for v in neighbours:
+        vertices.setdefault(v, {"kind": "switch"})
+    graph = _assemble_graph(vertices, links)
+
+    reachable = nx.node_connected_component(graph.to_undirected(as_view=True), gpus[0])
+    for rank, v in enumerate(gpus):
+        if v not in reachable:
+            raise ScenarioError(f"GPU {gpus[0]!r} (rank 0) cannot reach GPU {v!r} (rank {rank})",
+                                field="cluster.topology")
+    return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=g, links=links,
+                    router=_GraphRouter(graph, gpus), intra_transport="nvlink",
+                    description=f"custom {len(gpus) // g}x{g}")
