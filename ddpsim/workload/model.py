@@ -40,6 +40,9 @@ class Layer:
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
     kernels: int = 1
+    # What the FLOPs are: "conv" | "matmul" | "attention" | "" (memory bound). Needed because PyTorch
+    # runs fp32 convolutions on TF32 tensor cores by default (cudnn.allow_tf32) but not fp32 matmuls.
+    kind: str = ""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,16 @@ class Workload:
     buffer_bytes: int = 0
     measured: MeasuredTimes | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)
+    # Indices into ``layers`` in forward execution order; empty means ``layers`` order. Needed
+    # because ``layers`` follow registration order (DDP's parameter order) while modules may run in
+    # another order (LLaMA registers input_layernorm after self_attn but runs it first), and backward,
+    # hence gradient readiness, follows execution order.
+    forward_order: tuple[int, ...] = ()
+
+    @property
+    def execution_order(self) -> tuple[int, ...]:
+        """Indices into ``layers`` in the order their forward runs (backward runs it reversed)."""
+        return self.forward_order or tuple(range(len(self.layers)))
 
     @property
     def params(self) -> list[ParamTensor]:

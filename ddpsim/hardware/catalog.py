@@ -1,0 +1,163 @@
+"""GPU catalog: datasheet peak numbers (dense, no structured sparsity) and model defaults.
+
+Peaks are per GPU, in FLOP/s, keyed by precision: "fp32" (CUDA cores, what PyTorch uses for fp32
+matmuls unless ``allow_tf32``), "tf32", "bf16", "fp16" (tensor cores). Memory in bytes, bandwidth in
+bytes/s, both decimal as on datasheets (80 GB HBM is in fact 80 GiB on A100/H100: we use the GiB
+figure there because that is what ``torch.cuda.mem_get_info`` reports).
+
+``default_compute_efficiency`` is the fraction of peak that eager PyTorch training matmuls reach
+(typically 40-65 %); ``memory_efficiency`` the fraction of bandwidth elementwise kernels reach;
+``kernel_launch_s`` the fixed per-kernel GPU cost (launch, tail, and sync gaps), which dominates
+small-batch models. All three are defaults a calibration replaces.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+
+from ddpsim.errors import ScenarioError
+
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class GPUSpec:
+    """One GPU model; see the module docstring for units and sources."""
+
+    name: str
+    peak_flops_per_s: dict[str, float]
+    memory_bandwidth_Bps: float
+    memory_bytes: float
+    default_compute_efficiency: float
+    kernel_launch_s: float
+    sm_count: int
+    memory_efficiency: float = 0.8
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    def peak_for(self, precision: str) -> float:
+        """Peak FLOP/s for a workload precision: fp32 -> "fp32" (PyTorch's default keeps fp32
+        matmuls off TF32), bf16-amp -> "bf16", fp16-amp -> "fp16"."""
+        key = {"fp32": "fp32", "bf16-amp": "bf16", "fp16-amp": "fp16"}.get(precision, precision)
+        if key not in self.peak_flops_per_s:
+            raise ScenarioError(f"{self.name} has no peak for precision {precision!r}", field="workload.precision")
+        return self.peak_flops_per_s[key]
+
+
+def _tf(x: float) -> float:
+    return x * 1e12
+
+
+GPUS: dict[str, GPUSpec] = {
+    # NVIDIA Tesla V100 SXM2 32GB datasheet: FP32 15.7 TF, tensor (FP16) 125 TF, HBM2 900 GB/s, 80 SMs.
+    # No bf16 or tf32 tensor cores: PyTorch runs bf16 autocast at roughly the fp32 rate.
+    "V100": GPUSpec(
+        "V100",
+        {"fp32": _tf(15.7), "tf32": _tf(15.7), "bf16": _tf(15.7), "fp16": _tf(125)},
+        memory_bandwidth_Bps=900e9,
+        memory_bytes=32 * GIB,
+        default_compute_efficiency=0.6,
+        kernel_launch_s=5e-6,
+        sm_count=80,
+        aliases=("V100-SXM2", "V100-SXM2-32GB", "V100-32GB", "Tesla-V100"),
+    ),
+    # NVIDIA A100 datasheet (SXM4 80GB): FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF (dense),
+    # HBM2e 2,039 GB/s, 108 SMs.
+    "A100": GPUSpec(
+        "A100",
+        {"fp32": _tf(19.5), "tf32": _tf(156), "bf16": _tf(312), "fp16": _tf(312)},
+        memory_bandwidth_Bps=2039e9,
+        memory_bytes=80 * GIB,
+        default_compute_efficiency=0.55,
+        kernel_launch_s=4e-6,
+        sm_count=108,
+        aliases=("A100-SXM", "A100-80GB", "A100-SXM4-80GB", "A100-SXM-80GB"),
+    ),
+    # NVIDIA A100 40GB (SXM4): same compute, HBM2 1,555 GB/s.
+    "A100-40GB": GPUSpec(
+        "A100-40GB",
+        {"fp32": _tf(19.5), "tf32": _tf(156), "bf16": _tf(312), "fp16": _tf(312)},
+        memory_bandwidth_Bps=1555e9,
+        memory_bytes=40 * GIB,
+        default_compute_efficiency=0.55,
+        kernel_launch_s=4e-6,
+        sm_count=108,
+        aliases=("A100-SXM4-40GB",),
+    ),
+    # NVIDIA H100 datasheet (SXM5 80GB): FP32 67 TF, TF32 494.7 TF, BF16/FP16 989.4 TF (dense; the
+    # datasheet's 1,979 is with sparsity), HBM3 3.35 TB/s, 132 SMs.
+    "H100": GPUSpec(
+        "H100",
+        {"fp32": _tf(67), "tf32": _tf(494.7), "bf16": _tf(989.4), "fp16": _tf(989.4)},
+        memory_bandwidth_Bps=3.35e12,
+        memory_bytes=80 * GIB,
+        default_compute_efficiency=0.5,
+        kernel_launch_s=4e-6,
+        sm_count=132,
+        aliases=("H100-SXM", "H100-SXM5", "H100-80GB", "H100-SXM5-80GB"),
+    ),
+    # NVIDIA H100 PCIe 80GB: FP32 51 TF, TF32 378 TF, BF16 756 TF dense, HBM2e 2.0 TB/s, 114 SMs.
+    "H100-PCIe": GPUSpec(
+        "H100-PCIe",
+        {"fp32": _tf(51), "tf32": _tf(378), "bf16": _tf(756), "fp16": _tf(756)},
+        memory_bandwidth_Bps=2.0e12,
+        memory_bytes=80 * GIB,
+        default_compute_efficiency=0.5,
+        kernel_launch_s=4e-6,
+        sm_count=114,
+    ),
+    # NVIDIA H200 datasheet (SXM): same GH100 compute as H100 SXM, HBM3e 141 GB at 4.8 TB/s.
+    "H200": GPUSpec(
+        "H200",
+        {"fp32": _tf(67), "tf32": _tf(494.7), "bf16": _tf(989.4), "fp16": _tf(989.4)},
+        memory_bandwidth_Bps=4.8e12,
+        memory_bytes=141e9,
+        default_compute_efficiency=0.5,
+        kernel_launch_s=4e-6,
+        sm_count=132,
+        aliases=("H200-SXM", "H200-141GB"),
+    ),
+    # NVIDIA HGX B200 datasheet, per GPU (the 8-GPU figures / 8, sparsity removed): FP32 75 TF,
+    # TF32 1.1 PF, BF16/FP16 2.25 PF dense, HBM3e 180 GB at 8 TB/s; 148 SMs.
+    "B200": GPUSpec(
+        "B200",
+        {"fp32": _tf(75), "tf32": _tf(1100), "bf16": _tf(2250), "fp16": _tf(2250)},
+        memory_bandwidth_Bps=8.0e12,
+        memory_bytes=180e9,
+        default_compute_efficiency=0.45,
+        kernel_launch_s=4e-6,
+        sm_count=148,
+        aliases=("B200-SXM", "HGX-B200"),
+    ),
+}
+
+
+def _key(name: str) -> str:
+    """Spelling-insensitive key: "h100_sxm", "H100 SXM" and "H100-SXM" are the same GPU."""
+    return re.sub(r"[\s_\-]+", "", name.strip().lower())
+
+
+_INDEX: dict[str, str] = {}
+for _canonical, _spec in GPUS.items():
+    for _alias in (_canonical, *_spec.aliases):
+        _INDEX[_key(_alias)] = _canonical
+
+
+def gpu_names() -> list[str]:
+    """Canonical catalog names."""
+    return list(GPUS)
+
+
+def get_gpu(name: str) -> GPUSpec:
+    """The catalog entry for ``name`` (case and separators ignored, aliases accepted); unknown names
+    raise ScenarioError for field ``cluster.gpu`` suggesting the nearest entry."""
+    canonical = _INDEX.get(_key(name))
+    if canonical is not None:
+        return GPUS[canonical]
+    spellings = list(GPUS) + [a for s in GPUS.values() for a in s.aliases]
+    near = difflib.get_close_matches(name, spellings, n=1, cutoff=0.4)
+    if not near:
+        near = difflib.get_close_matches(name.upper(), spellings, n=1, cutoff=0.4)
+    hint = f"; did you mean {near[0]!r}?" if near else ""
+    raise ScenarioError(f"unknown GPU {name!r}{hint} Known: {', '.join(GPUS)}", field="cluster.gpu")

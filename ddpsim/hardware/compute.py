@@ -1,0 +1,197 @@
+"""Per-step compute time of one GPU: forward, backward as segments ending in gradient readiness, optimizer.
+
+A measured profile wins over any estimate. Otherwise each layer costs a roofline time,
+``max(flops / (peak * efficiency), bytes / (bandwidth * memory_efficiency)) + kernels * launch``,
+with backward charging twice the forward kernels (input grad and weight grad per forward kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import GPUSpec
+from ddpsim.workload.model import Workload
+from ddpsim.workload.zoo import LANGUAGE_MODELS
+
+OPTIMIZERS = ("auto", "sgd", "sgd-fused", "adam", "adamw", "adam-fused", "adamw-fused", "none")
+
+# fp32 passes over the parameters per step. PyTorch's default on CUDA is the foreach implementation,
+# one pass per operand of each _foreach_ op:
+#   SGD momentum: buf.mul_ (2) + buf.add_(g) (3) + p.add_(buf) (3) = 8.
+#   AdamW: p.mul_(1-lr*wd) (2), m.lerp_(g) (3), v.mul_ (2), v.addcmul_(g,g) (3), sqrt(v) (2), div_ (2),
+#   add_(eps) (2), p.addcdiv_(m, denom) (4) = 20; Adam skips the decay pass.
+# The fused kernels touch each operand once: SGD reads p, g, m and writes p, m (5); Adam reads
+# p, g, m, v and writes p, m, v (7).
+_PASSES = {"sgd": 8, "sgd-fused": 5, "adam": 18, "adamw": 20, "adam-fused": 7, "adamw-fused": 7, "none": 0}
+_FOREACH_OPS = {"sgd": 3, "sgd-fused": 1, "adam": 8, "adamw": 9, "adam-fused": 1, "adamw-fused": 1, "none": 0}
+_STATE_BYTES_PER_PARAM = {"sgd": 4, "sgd-fused": 4, "adam": 8, "adamw": 8, "adam-fused": 8,
+                          "adamw-fused": 8, "none": 0}
+# multi_tensor_apply launches a kernel per 320 blocks of 65,536 elements or per ~48 tensors.
+_MTA_ELEMS_PER_LAUNCH = 320 * 65536
+_MTA_TENSORS_PER_LAUNCH = 48
+
+
+@dataclass(frozen=True)
+class StepCompute:
+    """Compute of one step on one GPU.
+
+    backward_segments, in execution order: (duration_s, indices into ``workload.params`` whose
+    gradients become ready at the END of this segment, in hook-firing order).
+    """
+
+    forward_s: float
+    backward_segments: tuple[tuple[float, tuple[int, ...]], ...]
+    optimizer_s: float
+
+    @property
+    def backward_s(self) -> float:
+        return sum(duration for duration, _ in self.backward_segments)
+
+    @property
+    def ready_order(self) -> tuple[int, ...]:
+        """Parameter indices in the order their gradients become ready (DDP's rebuild order)."""
+        return tuple(i for _, ready in self.backward_segments for i in ready)
+
+
+def resolve_optimizer(workload: Workload, optimizer: str = "auto") -> str:
+    """"auto": AdamW for language models (zoo LMs, or any workload with a sequence length),
+    SGD with momentum otherwise, as the validation harness trains them."""
+    name = optimizer.strip().lower()
+    if name == "auto":
+        return "adamw" if workload.name in LANGUAGE_MODELS or workload.seq_len is not None else "sgd"
+    if name not in _PASSES:
+        raise ScenarioError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}",
+                            field="workload.optimizer")
+    return name
+
+
+def roofline_s(flops: float, n_bytes: float, kernels: float, gpu: GPUSpec, precision: str,
+               efficiency: float | None = None, kind: str = "", cudnn_tf32: bool = True) -> float:
+    """Seconds for work of ``flops`` and ``n_bytes`` in ``kernels`` kernels on ``gpu``.
+
+    fp32 convolutions use the TF32 peak when ``cudnn_tf32`` (PyTorch's default
+    ``torch.backends.cudnn.allow_tf32 = True``); fp32 matmuls keep the fp32 peak
+    (``torch.backends.cuda.matmul.allow_tf32`` defaults to False).
+    """
+    eff = gpu.default_compute_efficiency if efficiency is None else efficiency
+    if not 0.0 < eff <= 1.0:
+        raise ScenarioError(f"expected a fraction in (0, 1], got {eff!r}", field="workload.compute_efficiency")
+    use_tf32 = precision == "fp32" and kind == "conv" and cudnn_tf32
+    peak = gpu.peak_flops_per_s["tf32"] if use_tf32 else gpu.peak_for(precision)
+    compute = flops / (peak * eff) if flops else 0.0
+    memory = n_bytes / (gpu.memory_bandwidth_Bps * gpu.memory_efficiency)
+    return max(compute, memory) + kernels * gpu.kernel_launch_s
+
+
+def optimizer_s(workload: Workload, gpu: GPUSpec, optimizer: str = "auto") -> float:
+    """Memory-bound optimizer step over fp32 parameters, plus its multi-tensor kernel launches.
+    fp16-amp adds GradScaler's unscale (read and write every gradient)."""
+    name = resolve_optimizer(workload, optimizer)
+    params = workload.params
+    n_elems = sum(p.numel for p in params)
+    passes = _PASSES[name] + (2 if workload.precision == "fp16-amp" and name != "none" else 0)
+    n_bytes = passes * 4.0 * n_elems
+    launches_per_op = max(math.ceil(n_elems / _MTA_ELEMS_PER_LAUNCH),
+                          math.ceil(len(params) / _MTA_TENSORS_PER_LAUNCH), 1)
+    kernels = _FOREACH_OPS[name] * launches_per_op
+    return n_bytes / (gpu.memory_bandwidth_Bps * gpu.memory_efficiency) + kernels * gpu.kernel_launch_s
+
+
+def _measured_segments(workload: Workload) -> tuple[tuple[float, tuple[int, ...]], ...]:
+    """Group parameters by ready time, in hook-firing order; times are made non-decreasing (a hook
+    cannot fire before the previous one), and a tail without readiness runs to ``backward_s``."""
+    measured = workload.measured
+    assert measured is not None
+    index = {p.name: i for i, p in enumerate(workload.params)}
+    order = [index[n] for n in measured.ready_order if n in index]
+    seen = set(order)
+    missing = [i for i in range(len(index)) if i not in seen]
+    names = [p.name for p in workload.params]
+    segments: list[tuple[float, tuple[int, ...]]] = []
+    t_prev, current, t_current = 0.0, [], 0.0
+    for i in order:
+        t = max(measured.grad_ready_s.get(names[i], t_current), t_current)
+        if current and t > t_current:
+            segments.append((t_current - t_prev, tuple(current)))
+            t_prev, current = t_current, []
+        current.append(i)
+        t_current = t
+    end = max(measured.backward_s, t_current)
+    if current:
+        segments.append((t_current - t_prev, tuple(current)))
+        t_prev = t_current
+    # Parameters the profile never saw ready (unused in its run) count as ready when backward ends.
+    if end > t_prev or missing:
+        segments.append((end - t_prev, tuple(missing)))
+    return tuple(segments)
+
+
+def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = None,
+                 optimizer: str = "auto", cudnn_tf32: bool = True) -> StepCompute:
+    """Forward, backward segments and optimizer time of ``workload`` on ``gpu``.
+
+    ``efficiency`` overrides the catalog's fraction of peak FLOP/s (unused for measured profiles);
+    ``cudnn_tf32`` mirrors ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: True).
+    """
+    if workload.measured is not None:
+        m = workload.measured
+        return StepCompute(m.forward_s, _measured_segments(workload), m.optimizer_s)
+    order = workload.execution_order
+    if sorted(order) != list(range(len(workload.layers))):
+        raise ValueError(f"workload {workload.name!r}: forward_order is not a permutation of its layers")
+    first_param: list[int] = []
+    offset = 0
+    for layer in workload.layers:
+        first_param.append(offset)
+        offset += len(layer.params)
+    forward = 0.0
+    segments: list[tuple[float, tuple[int, ...]]] = []
+    pending = 0.0
+    for li in order:
+        layer = workload.layers[li]
+        forward += roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
+                              workload.precision, efficiency, layer.kind, cudnn_tf32)
+    for li in reversed(order):
+        layer = workload.layers[li]
+        pending += roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
+                              workload.precision, efficiency, layer.kind, cudnn_tf32)
+        if layer.params:
+            # Within a module the hooks fire last-registered first (a Linear's bias before its weight):
+            # the bias gradient comes straight from the output gradient, the weight's needs a matmul.
+            start = first_param[li]
+            ready = tuple(range(start + len(layer.params) - 1, start - 1, -1))
+            segments.append((pending, ready))
+            pending = 0.0
+    if pending > 0.0 or not segments:
+        segments.append((pending, ()))
+    return StepCompute(forward, tuple(segments), optimizer_s(workload, gpu, optimizer))
+
+
+def memory_per_gpu(workload: Workload, optimizer: str = "auto",
+                   gradient_as_bucket_view: bool = False) -> dict[str, float]:
+    """Bytes per GPU at the peak of a DDP step.
+
+    PyTorch AMP keeps fp32 parameters and gradients, so with Adam the model states are
+    4 + 4 + 8 = 16 bytes per parameter: the same 16 bytes/param as the facts file's mixed-precision
+    figure (2 + 2 + 12), split differently. DDP's buckets hold a second copy of every gradient unless
+    ``gradient_as_bucket_view``. Autocast's cache of 16-bit weight copies (2 bytes/param, alive
+    from forward to the end of backward) is counted with the activations.
+    """
+    name = resolve_optimizer(workload, optimizer)
+    n = workload.n_params
+    parameters = float(sum(p.bytes for p in workload.params) + workload.buffer_bytes)
+    gradients = float(workload.grad_bytes)
+    states = float(_STATE_BYTES_PER_PARAM[name] * n)
+    buckets = 0.0 if gradient_as_bucket_view else gradients
+    activations = float(workload.activation_bytes) + (2.0 * n if workload.precision != "fp32" else 0.0)
+    memory = {
+        "parameters": parameters,
+        "gradients": gradients,
+        "optimizer_states": states,
+        "ddp_buckets": buckets,
+        "activations": activations,
+    }
+    memory["total"] = sum(memory.values())
+    return memory

@@ -1,0 +1,159 @@
+"""Measured profiles (``ddpsim.profile/1``, written by ``validation/harness/worker.py``) as Workloads.
+
+A profile is one GPU's measured step: forward, backward, optimizer seconds and, per parameter in
+registration order, when its gradient became ready and in which order the hooks fired. Those
+measurements override every estimate in ``hardware.compute``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+from ddpsim.workload.model import DTYPE_BYTES, Layer, MeasuredTimes, ParamTensor, Workload
+
+SCHEMA = "ddpsim.profile/1"
+PRECISIONS = ("fp32", "bf16-amp", "fp16-amp")
+
+
+class _Fields:
+    """Typed access to a JSON object that names the offending field in every error."""
+
+    def __init__(self, path: str, data: dict[str, Any], prefix: str = "") -> None:
+        self.path, self.data, self.prefix = path, data, prefix
+
+    def error(self, key: str, message: str) -> ScenarioError:
+        return ScenarioError(message, file=self.path, field=f"{self.prefix}{key}")
+
+    def get(self, key: str, types: tuple[type, ...], what: str, optional: bool = False) -> Any:
+        if key not in self.data:
+            if optional:
+                return None
+            raise self.error(key, f"missing required field ({what})")
+        value = self.data[key]
+        if value is None and optional:
+            return None
+        # bool is an int in Python; a profile saying "numel": true is wrong, not 1.
+        if isinstance(value, bool) and bool not in types or not isinstance(value, types):
+            raise self.error(key, f"expected {what}, got {json.dumps(value)[:60]}")
+        return value
+
+    def seconds(self, key: str, optional: bool = False) -> float | None:
+        value = self.get(key, (int, float), "seconds as a number >= 0", optional)
+        if value is None:
+            return None
+        if not math.isfinite(value) or value < 0:
+            raise self.error(key, f"expected seconds as a number >= 0, got {value!r}")
+        return float(value)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    except FileNotFoundError:
+        raise ScenarioError("profile file not found", file=path) from None
+    except json.JSONDecodeError as err:
+        raise ScenarioError(f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", file=path) from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ScenarioError(f"cannot read profile: {err}", file=path) from None
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a JSON object at the top level", file=path)
+    return data
+
+
+def _module_of(name: str) -> str:
+    return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def load_profile(path: str) -> Workload:
+    """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
+    (``file=path``, ``field="params[3].numel"``)."""
+    root = _Fields(path, _read_json(path))
+    schema = root.get("schema", (str,), f"the string {SCHEMA!r}")
+    if schema != SCHEMA:
+        raise root.error("schema", f"expected {SCHEMA!r}, got {schema!r}")
+    model = root.get("model", (str,), "the model name")
+    batch_size = root.get("batch_size", (int,), "a positive integer")
+    if batch_size < 1:
+        raise root.error("batch_size", f"expected a positive integer, got {batch_size}")
+    precision = root.get("precision", (str,), f"one of {', '.join(PRECISIONS)}")
+    if precision not in PRECISIONS:
+        raise root.error("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
+    seq_len = root.get("seq_len", (int,), "an integer or null", optional=True)
+    forward_s = root.seconds("forward_s")
+    backward_s = root.seconds("backward_s")
+    optimizer_s = root.seconds("optimizer_s")
+    assert forward_s is not None and backward_s is not None and optimizer_s is not None
+    buffers = root.get("buffers_bytes", (int,), "an integer number of bytes", optional=True) or 0
+    raw_params = root.get("params", (list,), "a list of parameter records")
+    if not raw_params:
+        raise root.error("params", "expected at least one parameter record")
+
+    tensors: list[ParamTensor] = []
+    ready_s: dict[str, float] = {}
+    fired: list[tuple[int, str]] = []
+    seen_rank: dict[int, int] = {}
+    for i, raw in enumerate(raw_params):
+        if not isinstance(raw, dict):
+            raise root.error(f"params[{i}]", "expected an object with name, numel, dtype, grad_ready_s, ready_order")
+        rec = _Fields(path, raw, prefix=f"params[{i}].")
+        name = rec.get("name", (str,), "the parameter's name")
+        numel = rec.get("numel", (int,), "a positive integer")
+        if numel < 1:
+            raise rec.error("numel", f"expected a positive integer, got {numel}")
+        dtype = rec.get("dtype", (str,), "a dtype name like 'float32'", optional=True) or "float32"
+        dtype = dtype.removeprefix("torch.")
+        if dtype not in DTYPE_BYTES:
+            raise rec.error("dtype", f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+        # null readiness: the parameter got no gradient in the profiled run (unused); the compute model
+        # then treats it as ready when backward ends.
+        t = rec.seconds("grad_ready_s", optional=True)
+        rank = rec.get("ready_order", (int,), "an integer or null", optional=True)
+        if rank is not None:
+            if rank in seen_rank:
+                raise rec.error("ready_order", f"{rank} is also the ready_order of params[{seen_rank[rank]}]")
+            seen_rank[rank] = i
+            fired.append((rank, name))
+        if t is not None:
+            ready_s[name] = t
+        tensors.append(ParamTensor(name, numel, dtype))
+
+    if len({p.name for p in tensors}) != len(tensors):
+        dup = next(p.name for k, p in enumerate(tensors) if p.name in {q.name for q in tensors[:k]})
+        raise root.error("params", f"parameter {dup!r} is listed twice")
+    # One layer per module (consecutive parameters sharing a name prefix): the shape every other
+    # source gives, and the unit the Chrome trace shows.
+    layers: list[Layer] = []
+    group: list[ParamTensor] = []
+    for tensor in tensors:
+        if group and _module_of(group[-1].name) != _module_of(tensor.name):
+            layers.append(Layer(_module_of(group[0].name), tuple(group)))
+            group = []
+        group.append(tensor)
+    layers.append(Layer(_module_of(group[0].name), tuple(group)))
+
+    measured = MeasuredTimes(
+        forward_s=forward_s,
+        backward_s=backward_s,
+        optimizer_s=optimizer_s,
+        grad_ready_s=ready_s,
+        ready_order=tuple(name for _, name in sorted(fired)),
+        source=path,
+    )
+    notes = [f"profile:{path}"]
+    fingerprint = raw_params and root.data.get("fingerprint")
+    if isinstance(fingerprint, dict):
+        notes += [f"{k}={v}" for k, v in sorted(fingerprint.items()) if isinstance(v, str | int | float)]
+    return Workload(
+        name=model,
+        layers=tuple(layers),
+        batch_size=batch_size,
+        precision=precision,
+        seq_len=seq_len,
+        buffer_bytes=int(buffers),
+        measured=measured,
+        notes=tuple(notes),
+    )

@@ -1,0 +1,68 @@
+"""Turn the scenario's ``workload`` section into a Workload, whatever its source."""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import replace
+
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario.schema import WorkloadSpec
+from ddpsim.workload.model import Workload
+from ddpsim.workload.profile import load_profile
+from ddpsim.workload.zoo import ZOO_NAMES, zoo_workload
+
+TORCH_PREFIX = "torch:"
+PROFILE_PREFIX = "profile:"
+
+
+def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
+    """A zoo name, ``torch:package.module:factory`` or ``profile:path.json`` (relative to ``base_dir``,
+    the scenario's folder). A profile must match the scenario's batch size and precision, since its
+    measured times hold only for those."""
+    model = spec.model.strip()
+    if model.startswith(PROFILE_PREFIX):
+        return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
+    if model.startswith(TORCH_PREFIX):
+        from ddpsim.workload.torch_import import import_torch_model
+
+        # The factory's module may live beside the scenario file: let it be imported from there.
+        folder = os.path.abspath(base_dir)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
+        try:
+            return import_torch_model(model[len(TORCH_PREFIX):].strip(), spec.batch_size, spec.precision,
+                                      spec.seq_len)
+        finally:
+            if added:
+                sys.path.remove(folder)
+    return zoo_workload(model, spec.batch_size, spec.precision, spec.seq_len)
+
+
+def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str) -> Workload:
+    if not relative:
+        raise ScenarioError("expected 'profile:path/to/profile.json'", field="workload.model")
+    path = relative if os.path.isabs(relative) else os.path.join(base_dir, relative)
+    if not os.path.exists(path):
+        raise ScenarioError(f"profile file {path!r} not found (relative paths start at the scenario's folder)",
+                            field="workload.model")
+    workload = load_profile(path)
+    for field_name, wanted, measured in (
+        ("batch_size", spec.batch_size, workload.batch_size),
+        ("precision", spec.precision, workload.precision),
+    ):
+        if wanted != measured:
+            raise ScenarioError(
+                f"the profile was measured with {field_name} {measured!r}, the scenario asks for {wanted!r}; "
+                "measured times hold only for the measured setting",
+                field=f"workload.{field_name}",
+            )
+    if spec.seq_len is not None and workload.seq_len is not None and spec.seq_len != workload.seq_len:
+        raise ScenarioError(f"the profile was measured with seq_len {workload.seq_len}, the scenario asks "
+                            f"for {spec.seq_len}", field="workload.seq_len")
+    # A profile has no activation estimate; a zoo model of the same name provides one (memory report).
+    if workload.name in ZOO_NAMES and workload.activation_bytes == 0.0:
+        zoo = zoo_workload(workload.name, workload.batch_size, workload.precision, workload.seq_len)
+        workload = replace(workload, activation_bytes=zoo.activation_bytes)
+    return workload

@@ -1,0 +1,314 @@
+"""Import any ``nn.Module`` factory as a Workload, on the meta device (no weights, no GPU).
+
+The only module of ddpsim that imports torch, and only inside functions, so the simulator imports
+without it. Parameters are listed exactly as DDP lists them; FLOPs per module come from
+``torch.utils.flop_counter.FlopCounterMode`` over one forward and backward on meta tensors; bytes and
+kernel counts from a dispatch mode that sees every aten op each module runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+from ddpsim.workload.model import DTYPE_BYTES, Layer, ParamTensor, Workload
+from ddpsim.workload.zoo import ACTIVATION_BYTES
+
+FIELD = "workload.model"
+_IMAGE_SIDE = 224
+_DEFAULT_TOKENS = 128
+
+
+def _require_torch() -> Any:
+    try:
+        import torch
+    except ImportError:
+        raise ScenarioError("torch is not installed; install the extra: pip install 'ddpsim[torch]'",
+                            field=FIELD) from None
+    return torch
+
+
+def _load_factory(spec: str) -> tuple[Callable[..., Any], Any]:
+    module_name, sep, factory_name = spec.partition(":")
+    if not sep or not module_name or not factory_name:
+        raise ScenarioError(f"expected 'torch:package.module:factory', got 'torch:{spec}'", field=FIELD)
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # any error while importing user code is a scenario problem
+        raise ScenarioError(f"cannot import module {module_name!r}: {type(err).__name__}: {err}",
+                            field=FIELD) from None
+    factory = module
+    for part in factory_name.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise ScenarioError(f"module {module_name!r} has no attribute {factory_name!r}", field=FIELD)
+    if not callable(factory):
+        raise ScenarioError(f"{module_name}:{factory_name} is not callable", field=FIELD)
+    return factory, module
+
+
+def ddp_parameters(model: Any) -> list[tuple[str, str, Any]]:
+    """(module name, parameter name, parameter) in DDP's order: ``named_modules()`` walk, each module's
+    own parameters (``recurse=False``), ``requires_grad`` only, shared parameters once
+    (``_build_params_for_reducer`` in torch/nn/parallel/distributed.py)."""
+    seen: set[int] = set()
+    out = []
+    for module_name, module in model.named_modules():
+        for param_name, param in module.named_parameters(recurse=False):
+            if param.requires_grad and id(param) not in seen:
+                seen.add(id(param))
+                out.append((module_name, param_name, param))
+    return out
+
+
+def _guess_inputs(torch: Any, model: Any, batch_size: int, seq_len: int | None) -> list[Any]:
+    """Candidate inputs from the first module with parameters: image for a Conv2d, token ids for an
+    Embedding, features for a Linear."""
+    nn = torch.nn
+    for module in model.modules():
+        if isinstance(module, nn.Conv2d):
+            return [torch.randn(batch_size, module.in_channels, _IMAGE_SIDE, _IMAGE_SIDE)]
+        if isinstance(module, nn.Conv1d):
+            return [torch.randn(batch_size, module.in_channels, seq_len or _DEFAULT_TOKENS)]
+        if isinstance(module, nn.Embedding):
+            return [torch.zeros(batch_size, seq_len or _DEFAULT_TOKENS, dtype=torch.long)]
+        if isinstance(module, nn.Linear):
+            rows = [batch_size, seq_len] if seq_len else [batch_size]
+            return [torch.randn(*rows, module.in_features)]
+    return []
+
+
+def _example_input(torch: Any, model: Any, py_module: Any, batch_size: int,
+                   seq_len: int | None) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+    provider = getattr(model, "example_input", None) or getattr(py_module, "example_input", None)
+    if provider is None:
+        with torch.device("meta"):
+            guess = _guess_inputs(torch, model, batch_size, seq_len)
+        return (tuple(guess), {}) if guess else None
+    try:
+        with torch.device("meta"):
+            value = provider(batch_size, seq_len)
+    except Exception as err:
+        raise ScenarioError(f"example_input({batch_size}, {seq_len}) failed: {type(err).__name__}: {err}",
+                            field=FIELD) from None
+    if isinstance(value, dict):
+        return (), value
+    if isinstance(value, tuple | list):
+        return tuple(value), {}
+    return (value,), {}
+
+
+def _first_tensor(torch: Any, out: Any) -> Any:
+    """The tensor to call backward on: the output, ``.loss``/``.logits``, or the first tensor inside."""
+    if isinstance(out, torch.Tensor):
+        return out
+    for attr in ("loss", "logits"):
+        value = getattr(out, attr, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    items = out.values() if isinstance(out, dict) else out if isinstance(out, tuple | list) else []
+    for item in items:
+        found = _first_tensor(torch, item)
+        if found is not None:
+            return found
+    return None
+
+
+class _Trace:
+    """Per-module forward order, aten kernels and bytes touched, attributed to the innermost module."""
+
+    def __init__(self) -> None:
+        self.stack: list[str] = []
+        self.order: list[str] = []  # modules by first forward call
+        self.first_op: list[str] = []  # modules by their first own kernel: when their work runs
+        self.kernels: dict[str, int] = {}
+        self.bytes: dict[str, float] = {}
+        self.saved: float = 0.0
+
+
+def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int) -> Any:
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class _OpCounter(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            out = func(*args, **(kwargs or {}))
+            # Views launch no kernel and move no data.
+            if getattr(func, "is_view", False) or not trace.stack:
+                return out
+            owner = trace.stack[-1]
+            if owner not in trace.bytes:
+                trace.first_op.append(owner)
+            moved = 0.0
+            for t in tree_leaves((args, kwargs or {}, out)):
+                if isinstance(t, torch.Tensor):
+                    # Floating data moves at the autocast width; ints/bools at their own size.
+                    size = elt if t.is_floating_point() else t.element_size()
+                    moved += t.numel() * size
+            trace.kernels[owner] = trace.kernels.get(owner, 0) + 1
+            trace.bytes[owner] = trace.bytes.get(owner, 0.0) + moved
+            return out
+
+    return _OpCounter()
+
+
+def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], elt: int
+                 ) -> tuple[_Trace, dict[str, float], dict[str, float], bool]:
+    """Run forward (and backward when possible) on meta tensors; return the trace and the flops per
+    module, forward and backward, each keyed by module name ("" for the root) and including children."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    trace = _Trace()
+    handles = []
+    for name, module in model.named_modules():
+        def pre(_m: Any, _a: Any, name: str = name) -> None:
+            if name not in trace.kernels:
+                trace.order.append(name)
+                trace.kernels[name] = 0
+            trace.stack.append(name)
+
+        def post(_m: Any, _a: Any, output: Any, name: str = name) -> None:
+            trace.stack.pop()
+
+        handles.append(module.register_forward_pre_hook(pre))
+        handles.append(module.register_forward_hook(post))
+    root_class = type(model).__name__
+    counter = FlopCounterMode(display=False)
+    args, kwargs = inputs
+    try:
+        with counter:
+            with _make_dispatch_mode(torch, trace, elt):
+                output = model(*args, **kwargs)
+            forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+            loss = _first_tensor(torch, output)
+            backward_ran = loss is not None and loss.requires_grad
+            if backward_ran:
+                loss.float().sum().backward()
+            total = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
+    finally:
+        for h in handles:
+            h.remove()
+
+    def by_module(counts: dict[str, float]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for key, value in counts.items():
+            if key == root_class:
+                out[""] = value
+            elif key.startswith(root_class + "."):
+                out[key[len(root_class) + 1:]] = value
+        return out
+
+    fwd = by_module(forward)
+    bwd = {k: v - fwd.get(k, 0.0) for k, v in by_module(total).items()}
+    return trace, fwd, bwd, backward_ran
+
+
+def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None) -> Workload:
+    """Build ``package.module:factory()`` on the meta device and describe it as DDP would see it.
+
+    Inputs: the module's (or the factory's Python module's) ``example_input(batch_size, seq_len)``,
+    else a guess from the first parametrised module (Conv2d: 3x224x224 images; Embedding: token ids
+    of ``seq_len`` (default 128); Linear: features). Layers are the modules with their own
+    parameters or their own work (FLOPs or kernels outside their children), in registration order;
+    ``forward_order`` records the order their forward first ran.
+    """
+    torch = _require_torch()
+    if precision not in ACTIVATION_BYTES:
+        raise ScenarioError(f"expected one of {', '.join(ACTIVATION_BYTES)}, got {precision!r}",
+                            field="workload.precision")
+    factory, py_module = _load_factory(spec)
+    try:
+        with torch.device("meta"):
+            model = factory()
+    except Exception as err:
+        raise ScenarioError(f"{spec}() failed on the meta device: {type(err).__name__}: {err}", field=FIELD) from None
+    if not isinstance(model, torch.nn.Module):
+        raise ScenarioError(f"{spec}() returned {type(model).__name__}, expected a torch.nn.Module", field=FIELD)
+    model.train()
+    elt = ACTIVATION_BYTES[precision]
+    inputs = _example_input(torch, model, py_module, batch_size, seq_len)
+    hint = f"give the module or {spec.partition(':')[0]} an example_input(batch_size, seq_len) function"
+    if inputs is None:
+        raise ScenarioError(f"cannot guess an input for {spec}; {hint}", field=FIELD)
+    try:
+        trace, fwd, bwd, backward_ran = _trace_model(torch, model, inputs, elt)
+    except ScenarioError:
+        raise
+    except Exception as err:
+        raise ScenarioError(f"forward of {spec} on a guessed input failed ({type(err).__name__}: {err}); {hint}",
+                            field=FIELD) from None
+
+    params_of: dict[str, list[ParamTensor]] = {}
+    for module_name, param_name, param in ddp_parameters(model):
+        dtype = str(param.dtype).removeprefix("torch.")
+        if dtype not in DTYPE_BYTES:
+            raise ScenarioError(f"parameter {module_name}.{param_name} has unsupported dtype {dtype}", field=FIELD)
+        full = f"{module_name}.{param_name}" if module_name else param_name
+        params_of.setdefault(module_name, []).append(ParamTensor(full, param.numel(), dtype))
+
+    children = {name: [c for c, _ in module.named_children()] for name, module in model.named_modules()}
+    layers: list[Layer] = []
+    names: list[str] = []
+    for name, module in model.named_modules():
+        prefix = f"{name}." if name else ""
+        own_fwd = fwd.get(name, 0.0) - sum(fwd.get(prefix + c, 0.0) for c in children[name])
+        own_bwd = bwd.get(name, 0.0) - sum(bwd.get(prefix + c, 0.0) for c in children[name])
+        kernels = trace.kernels.get(name, 0)
+        params = params_of.get(name, [])
+        if not params and own_fwd <= 0 and kernels == 0:
+            continue
+        if not backward_ran:
+            own_bwd = 2.0 * own_fwd  # no differentiable output: the zoo's convention
+        # FlopCounterMode charges a module's backward with everything that runs while it is "active"
+        # in backward, which on branches (a ResNet downsample) includes its sibling's work; an op's
+        # backward never exceeds twice its forward, so clamp.
+        own_bwd = min(own_bwd, 2.0 * own_fwd)
+        kind = _kind(torch, module, own_fwd)
+        moved = trace.bytes.get(name, 0.0)
+        layers.append(Layer(name=name, params=tuple(params), forward_flops=max(own_fwd, 0.0),
+                            backward_flops=max(own_bwd, 0.0), forward_bytes=moved, backward_bytes=2.0 * moved,
+                            kernels=max(kernels, 1), kind=kind))
+        names.append(name)
+    position = {n: i for i, n in enumerate(names)}
+    # A parent's own work (an attention module's softmax) runs between its children, so order by the
+    # first own kernel; modules with parameters but no kernel of their own fall back to call order.
+    ran = trace.first_op + [n for n in trace.order if n not in set(trace.first_op)]
+    executed = [position[n] for n in ran if n in position]
+    # Modules that never ran still own parameters DDP waits for: treat them as running first, so their
+    # (never produced) gradients are the last to be marked ready.
+    missing = [i for i in range(len(names)) if i not in set(executed)]
+    forward_order = tuple(missing + executed)
+    activation = _saved_bytes(trace, layers, elt)
+    return Workload(
+        name=spec,
+        layers=tuple(layers),
+        batch_size=batch_size,
+        precision=precision,
+        seq_len=seq_len,
+        activation_bytes=activation,
+        buffer_bytes=int(sum(b.numel() * b.element_size() for b in model.buffers())),
+        forward_order=forward_order if forward_order != tuple(range(len(names))) else (),
+        notes=(f"torch:{spec}",) + (() if backward_ran else ("backward FLOPs estimated as 2x forward",)),
+    )
+
+
+def _kind(torch: Any, module: Any, own_fwd: float) -> str:
+    nn = torch.nn
+    if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d):
+        return "conv"
+    if own_fwd <= 0:
+        return ""
+    if isinstance(module, nn.Linear | nn.Bilinear):
+        return "matmul"
+    return "attention" if not list(module.parameters(recurse=False)) else "matmul"
+
+
+def _saved_bytes(trace: _Trace, layers: list[Layer], elt: int) -> float:
+    """Rough activation memory: a third of each layer's forward traffic (its input, saved for
+    backward) minus the parameters it read."""
+    total = 0.0
+    for layer in layers:
+        total += max(layer.forward_bytes - sum(p.numel for p in layer.params) * elt, 0.0) / 3.0
+    return total

@@ -1,0 +1,110 @@
+"""Measured profiles (ddpsim.profile/1): parsing, one-line errors naming the field, resolve()."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+
+import pytest
+
+from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu
+from ddpsim.hardware.compute import step_compute
+from ddpsim.scenario.schema import WorkloadSpec
+from ddpsim.workload.profile import load_profile
+from ddpsim.workload.resolve import load_workload
+
+PROFILE = {
+    "schema": "ddpsim.profile/1", "model": "tiny-mlp", "batch_size": 4, "precision": "fp32", "seq_len": None,
+    "fingerprint": {"gpu": "NVIDIA H200", "torch": "2.11.0"},
+    "forward_s": 0.001, "backward_s": 0.003, "optimizer_s": 0.0005, "step_s": 0.0045, "iterations": 20,
+    "params": [
+        {"name": "0.weight", "numel": 512, "dtype": "float32", "grad_ready_s": 0.0025, "ready_order": 5},
+        {"name": "0.bias", "numel": 32, "dtype": "float32", "grad_ready_s": 0.0024, "ready_order": 4},
+        {"name": "2.weight", "numel": 1024, "dtype": "float32", "grad_ready_s": 0.0015, "ready_order": 3},
+        {"name": "2.bias", "numel": 32, "dtype": "float32", "grad_ready_s": 0.0015, "ready_order": 2},
+        {"name": "4.weight", "numel": 256, "dtype": "float32", "grad_ready_s": 0.0004, "ready_order": 1},
+        {"name": "4.bias", "numel": 8, "dtype": "float32", "grad_ready_s": 0.0002, "ready_order": 0},
+    ],
+    "buffers_bytes": 0,
+}
+
+
+def write(tmp_path, data, name="p.json"):
+    path = tmp_path / name
+    path.write_text(json.dumps(data) if not isinstance(data, str) else data)
+    return str(path)
+
+
+def test_profile_becomes_a_measured_workload(tmp_path):
+    w = load_profile(write(tmp_path, PROFILE))
+    assert [(p.name, p.numel) for p in w.params] == [(p["name"], p["numel"]) for p in PROFILE["params"]]
+    assert [la.name for la in w.layers] == ["0", "2", "4"]
+    assert w.batch_size == 4 and w.precision == "fp32" and w.seq_len is None
+    m = w.measured
+    assert m is not None and m.forward_s == 0.001 and m.backward_s == 0.003 and m.optimizer_s == 0.0005
+    assert m.ready_order == ("4.bias", "4.weight", "2.bias", "2.weight", "0.bias", "0.weight")
+    sc = step_compute(w, get_gpu("H200"))
+    assert [r for _, r in sc.backward_segments] == [(5,), (4,), (3, 2), (1,), (0,), ()]
+    assert [d for d, _ in sc.backward_segments] == pytest.approx([0.0002, 0.0002, 0.0011, 0.0009, 0.0001, 0.0005])
+
+
+@pytest.mark.parametrize("mutate, field, message", [
+    (lambda d: d.pop("forward_s"), "forward_s", "missing"),
+    (lambda d: d.__setitem__("schema", "other/2"), "schema", "ddpsim.profile/1"),
+    (lambda d: d.__setitem__("batch_size", "4"), "batch_size", "integer"),
+    (lambda d: d.__setitem__("precision", "fp8"), "precision", "fp32"),
+    (lambda d: d["params"][3].__setitem__("numel", "32"), "params[3].numel", "integer"),
+    (lambda d: d["params"][3].__setitem__("numel", True), "params[3].numel", "integer"),
+    (lambda d: d["params"][1].pop("name"), "params[1].name", "missing"),
+    (lambda d: d["params"][2].__setitem__("dtype", "int8"), "params[2].dtype", "float32"),
+    (lambda d: d["params"][0].__setitem__("grad_ready_s", -1), "params[0].grad_ready_s", ">= 0"),
+    (lambda d: d["params"][0].__setitem__("ready_order", 1), "params[4].ready_order", "also the ready_order of params[0]"),
+    (lambda d: d.__setitem__("params", []), "params", "at least one"),
+    (lambda d: d["params"].__setitem__(2, 7), "params[2]", "object"),
+])
+def test_bad_fields_are_named(tmp_path, mutate, field, message):
+    data = copy.deepcopy(PROFILE)
+    mutate(data)
+    path = write(tmp_path, data)
+    with pytest.raises(ScenarioError, match=re.escape(message)) as err:
+        load_profile(path)
+    assert err.value.file == path and err.value.field == field
+    assert "\n" not in str(err.value)
+
+
+def test_missing_file_and_bad_json(tmp_path):
+    with pytest.raises(ScenarioError, match="not found") as err:
+        load_profile(str(tmp_path / "nope.json"))
+    assert err.value.file.endswith("nope.json")
+    with pytest.raises(ScenarioError, match="not valid JSON"):
+        load_profile(write(tmp_path, "{oops"))
+
+
+def test_unfired_parameters_are_allowed(tmp_path):
+    data = copy.deepcopy(PROFILE)
+    data["params"][0].update(grad_ready_s=None, ready_order=None)
+    w = load_profile(write(tmp_path, data))
+    sc = step_compute(w, get_gpu("H100"))
+    assert sc.backward_segments[-1][1] == (0,)
+
+
+def test_resolve_dispatches_relative_to_the_scenario_folder(tmp_path):
+    write(tmp_path, PROFILE, "measured.json")
+    w = load_workload(WorkloadSpec(model="profile:measured.json", batch_size=4), str(tmp_path))
+    assert w.measured is not None and w.name == "tiny-mlp"
+    with pytest.raises(ScenarioError) as err:
+        load_workload(WorkloadSpec(model="profile:measured.json", batch_size=8), str(tmp_path))
+    assert err.value.field == "workload.batch_size"
+    with pytest.raises(ScenarioError, match="not found") as err:
+        load_workload(WorkloadSpec(model="profile:other.json", batch_size=4), str(tmp_path))
+    assert err.value.field == "workload.model"
+
+
+def test_resolve_zoo_and_unknown_names():
+    w = load_workload(WorkloadSpec(model="gpt2-124m", batch_size=2, precision="bf16-amp", seq_len=128), ".")
+    assert w.seq_len == 128 and w.n_params == 124_439_808
+    with pytest.raises(ScenarioError, match="did you mean 'bert-large'") as err:
+        load_workload(WorkloadSpec(model="bert-larg", batch_size=2), ".")
+    assert err.value.field == "workload.model"

@@ -1,0 +1,100 @@
+"""The torch importer against torch itself: DDP's parameter order, FlopCounterMode FLOPs, errors."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import fixtures_models as fm  # noqa: E402  (pytest puts tests/ on sys.path)
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from ddpsim.errors import ScenarioError  # noqa: E402
+from ddpsim.scenario.schema import WorkloadSpec  # noqa: E402
+from ddpsim.workload.resolve import load_workload  # noqa: E402
+from ddpsim.workload.torch_import import import_torch_model  # noqa: E402
+
+
+def ddp_order(model):
+    seen, out = set(), []
+    for mname, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                out.append((f"{mname}.{pname}" if mname else pname, p.numel()))
+    return out
+
+
+def total_flops(model, x):
+    counter = FlopCounterMode(display=False)
+    with counter:
+        out = model(x)
+        fwd = counter.get_total_flops()
+        out.float().sum().backward()
+    return fwd, counter.get_total_flops() - fwd
+
+
+def test_mlp_params_and_flops_match_torch():
+    w = import_torch_model("fixtures_models:tiny_mlp", 4, "fp32")
+    model = fm.tiny_mlp()
+    assert [(p.name, p.numel) for p in w.params] == ddp_order(model)
+    fwd, bwd = total_flops(model, torch.randn(4, 16))
+    assert sum(la.forward_flops for la in w.layers) == fwd
+    assert sum(la.backward_flops for la in w.layers) == bwd
+    first = next(la for la in w.layers if la.name == "0")
+    assert first.backward_flops == first.forward_flops == 2 * 4 * 16 * 32  # no input grad for the first layer
+    relu = next(la for la in w.layers if la.name == "1")
+    assert relu.params == () and relu.kernels >= 1 and relu.forward_bytes > 0
+
+
+def test_lm_order_tied_frozen_and_execution_order():
+    w = import_torch_model("fixtures_models:tiny_lm", 2, "bf16-amp", seq_len=8)
+    model = fm.tiny_lm()
+    assert [(p.name, p.numel) for p in w.params] == ddp_order(model)
+    names = [p.name for p in w.params]
+    assert "head.weight" not in names and "frozen.weight" not in names
+    executed = [w.layers[i].name for i in w.execution_order]
+    assert executed.index("norm") < executed.index("qkv") < executed.index("proj")
+    by_name = {la.name: la for la in w.layers}
+    assert by_name["qkv"].forward_flops == 2 * 16 * 32 * 96
+    assert by_name["head"].params == () and by_name["head"].forward_flops == 2 * 16 * 32 * 100
+    # the root module's own work (attention) becomes a layer without parameters
+    root = next(la for la in w.layers if la.name == "")
+    assert root.params == () and root.kind == "attention" and root.forward_flops == 4 * 2 * 8 * 8 * 32
+
+
+def test_example_input_is_used_and_its_absence_reported():
+    w = import_torch_model("fixtures_models:with_example", 3, "fp32")
+    assert w.layers[0].forward_flops == 2 * 3 * 4 * 4
+    with pytest.raises(ScenarioError, match="example_input") as err:
+        import_torch_model("fixtures_models:needs_input", 3, "fp32")
+    assert err.value.field == "workload.model"
+
+
+@pytest.mark.parametrize("spec, message", [
+    ("no_such_module_xyz:f", "cannot import module"),
+    ("fixtures_models:missing", "has no attribute"),
+    ("fixtures_models", "expected 'torch:package.module:factory'"),
+    ("fixtures_models:not_a_module", "expected a torch.nn.Module"),
+])
+def test_bad_specs_name_the_field(spec, message):
+    with pytest.raises(ScenarioError, match=message) as err:
+        import_torch_model(spec, 2, "fp32")
+    assert err.value.field == "workload.model"
+
+
+def test_missing_torch_is_a_scenario_error(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # makes `import torch` raise ImportError
+    with pytest.raises(ScenarioError, match=r"pip install 'ddpsim\[torch\]'") as err:
+        import_torch_model("fixtures_models:tiny_mlp", 2, "fp32")
+    assert err.value.field == "workload.model"
+
+
+def test_resolve_imports_from_the_scenario_folder(tmp_path):
+    (tmp_path / "my_net.py").write_text(
+        "import torch.nn as nn\n\ndef build():\n    return nn.Sequential(nn.Linear(8, 4))\n")
+    w = load_workload(WorkloadSpec(model="torch:my_net:build", batch_size=2), str(tmp_path))
+    assert [(p.name, p.numel) for p in w.params] == [("0.weight", 32), ("0.bias", 4)]
+    assert str(tmp_path) not in sys.path
