@@ -486,7 +486,8 @@ def _figures(outcome: SweepOutcome, folder: str) -> list[tuple[str, str]]:
     )
     figures.append(("step_time.png", f"Step time vs {first.field}"))
     shown = ok[:_MAX_BARS]
-    labels = [", ".join(f"{v}" for v in o.point.values.values()) for o in shown]
+    # the last part of each field name keeps bar labels short but unambiguous ("nodes=2")
+    labels = [", ".join(f"{k.rsplit('.', 1)[-1]}={v}" for k, v in o.point.values.items()) for o in shown]
     parts = {name: [float(o.metrics.get(key) or 0.0) for o in shown] for name, key in _BREAKDOWN}
     parts["other"] = [
         max(0.0, float(o.metrics["step_time_s"]) - sum(parts[n][i] for n, _ in _BREAKDOWN)) for i, o in enumerate(shown)
