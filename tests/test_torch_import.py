@@ -98,3 +98,23 @@ def test_resolve_imports_from_the_scenario_folder(tmp_path):
     w = load_workload(WorkloadSpec(model="torch:my_net:build", batch_size=2), str(tmp_path))
     assert [(p.name, p.numel) for p in w.params] == [("0.weight", 32), ("0.bias", 4)]
     assert str(tmp_path) not in sys.path
+
+
+@pytest.mark.parametrize("factory, zoo_name, batch, precision, seq", [
+    ("gpt2_124m", "gpt2-124m", 2, "bf16-amp", 128),
+    ("resnet50", "resnet50", 2, "fp32", None),
+    ("mlp_heavy", "mlp-heavy", 4, "fp32", None),
+])
+def test_importing_the_harness_models_agrees_with_the_zoo(factory, zoo_name, batch, precision, seq):
+    """Two independent descriptions of the same model: identical parameters and FLOPs, close bytes."""
+    pytest.importorskip("validation.harness.models")
+    from ddpsim.workload.zoo import zoo_workload
+
+    imported = import_torch_model(f"validation.harness.models:{factory}", batch, precision, seq)
+    zoo = zoo_workload(zoo_name, batch, precision, seq)
+    assert [(p.name, p.numel) for p in imported.params] == [(p.name, p.numel) for p in zoo.params]
+    for attr in ("forward_flops", "backward_flops"):
+        assert sum(getattr(la, attr) for la in imported.layers) == sum(getattr(la, attr) for la in zoo.layers)
+    # The zoo also costs the loss, which runs outside the module the importer sees.
+    fwd_bytes = [sum(la.forward_bytes for la in w.layers) for w in (imported, zoo)]
+    assert fwd_bytes[0] == pytest.approx(fwd_bytes[1], rel=0.15)

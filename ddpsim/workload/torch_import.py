@@ -125,33 +125,88 @@ class _Trace:
         self.first_op: list[str] = []  # modules by their first own kernel: when their work runs
         self.kernels: dict[str, int] = {}
         self.bytes: dict[str, float] = {}
-        self.saved: float = 0.0
+        self.bwd_extra: dict[str, float] = {}  # backward bytes beyond 2 x forward (embedding tables)
+        self.fused = 0  # > 0 inside an op that runs as one fused kernel on a GPU
+        self.keep: list[Any] = []
 
 
-def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int) -> Any:
+def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_ids: set[int]) -> Any:
+    """Counts, per innermost module, the kernels and bytes of the aten ops its forward runs, costed
+    as the zoo costs them (see ``zoo``'s module docstring)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
+    from torch.utils.flop_counter import flop_registry
+
+    amp = elt < 4
+    embedding = torch.ops.aten.embedding.default
 
     class _OpCounter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
             out = func(*args, **(kwargs or {}))
-            # Views launch no kernel and move no data.
-            if getattr(func, "is_view", False) or not trace.stack:
+            if getattr(func, "is_view", False):
+                # Views launch no kernel and move no data; a view of a parameter (Linear's weight.t())
+                # is still the parameter. Keep the view alive so its id is not reused.
+                if isinstance(out, torch.Tensor) and any(
+                        id(t) in param_ids for t in tree_leaves(args) if isinstance(t, torch.Tensor)):
+                    param_ids.add(id(out))
+                    trace.keep.append(out)
+                return out
+            if not trace.stack or trace.fused:
                 return out
             owner = trace.stack[-1]
             if owner not in trace.bytes:
                 trace.first_op.append(owner)
-            moved = 0.0
-            for t in tree_leaves((args, kwargs or {}, out)):
-                if isinstance(t, torch.Tensor):
-                    # Floating data moves at the autocast width; ints/bools at their own size.
-                    size = elt if t.is_floating_point() else t.element_size()
-                    moved += t.numel() * size
-            trace.kernels[owner] = trace.kernels.get(owner, 0) + 1
+            kernels, moved = 1, 0.0
+            if func is embedding:
+                # A lookup reads only the rows it gathers; its backward zero-fills and scatter-adds
+                # into a dense fp32 gradient of the whole table.
+                table = args[0]
+                moved = 2.0 * out.numel() * 4
+                trace.bwd_extra[owner] = trace.bwd_extra.get(owner, 0.0) + 2.0 * table.numel() * 4
+            else:
+                matmul = func.overloadpacket in flop_registry
+                for t in tree_leaves((args, kwargs or {}, out)):
+                    if not isinstance(t, torch.Tensor):
+                        continue
+                    if id(t) in param_ids:
+                        # fp32 parameter; autocast casts a matmul weight to 16 bits first
+                        moved += t.numel() * (8.0 if amp and matmul else 4.0)
+                        kernels += 1 if amp and matmul else 0
+                    else:
+                        # activations at the autocast width; ints/bools at their own size
+                        moved += t.numel() * (elt if t.is_floating_point() else t.element_size())
+            trace.kernels[owner] = trace.kernels.get(owner, 0) + kernels
             trace.bytes[owner] = trace.bytes.get(owner, 0.0) + moved
             return out
 
     return _OpCounter()
+
+
+def _make_function_mode(torch: Any, trace: _Trace, elt: int) -> Any:
+    """Scaled-dot-product attention decomposes into a dozen ops on meta/CPU but runs as one fused
+    (flash) kernel on a GPU: count it as one kernel moving q, k, v and the output."""
+    from torch.overrides import TorchFunctionMode
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+
+    class _FusedOps(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            if func is not sdpa or trace.fused or not trace.stack:
+                return func(*args, **(kwargs or {}))
+            trace.fused += 1
+            try:
+                out = func(*args, **(kwargs or {}))
+            finally:
+                trace.fused -= 1
+            owner = trace.stack[-1]
+            if owner not in trace.bytes:
+                trace.first_op.append(owner)
+            moved = sum(t.numel() for t in (*args[:3], out) if isinstance(t, torch.Tensor)) * elt
+            trace.kernels[owner] = trace.kernels.get(owner, 0) + 1
+            trace.bytes[owner] = trace.bytes.get(owner, 0.0) + moved
+            return out
+
+    return _FusedOps()
 
 
 def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], elt: int
@@ -179,7 +234,8 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
     args, kwargs = inputs
     try:
         with counter:
-            with _make_dispatch_mode(torch, trace, elt):
+            param_ids = {id(p) for p in model.parameters()}
+            with _make_dispatch_mode(torch, trace, elt, param_ids), _make_function_mode(torch, trace, elt):
                 output = model(*args, **kwargs)
             forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
             loss = _first_tensor(torch, output)
@@ -191,17 +247,27 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
         for h in handles:
             h.remove()
 
-    def by_module(counts: dict[str, float]) -> dict[str, float]:
-        out: dict[str, float] = {}
+    def own(counts: dict[str, float]) -> dict[str, float]:
+        """Inclusive counts -> each module's own: minus its nearest counted descendants. (A container
+        that is never called, as a ModuleList, has no count: its children count for its parent.)"""
+        inclusive: dict[str, float] = {}
         for key, value in counts.items():
             if key == root_class:
-                out[""] = value
+                inclusive[""] = value
             elif key.startswith(root_class + "."):
-                out[key[len(root_class) + 1:]] = value
-        return out
+                inclusive[key[len(root_class) + 1:]] = value
+        result = dict(inclusive)
+        for name, value in inclusive.items():
+            parent = name
+            while parent:
+                parent = parent.rsplit(".", 1)[0] if "." in parent else ""
+                if parent in inclusive:
+                    result[parent] -= value
+                    break
+        return result
 
-    fwd = by_module(forward)
-    bwd = {k: v - fwd.get(k, 0.0) for k, v in by_module(total).items()}
+    fwd = own(forward)
+    bwd = {k: v - fwd.get(k, 0.0) for k, v in own(total).items()}
     return trace, fwd, bwd, backward_ran
 
 
@@ -248,13 +314,10 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         full = f"{module_name}.{param_name}" if module_name else param_name
         params_of.setdefault(module_name, []).append(ParamTensor(full, param.numel(), dtype))
 
-    children = {name: [c for c, _ in module.named_children()] for name, module in model.named_modules()}
     layers: list[Layer] = []
     names: list[str] = []
     for name, module in model.named_modules():
-        prefix = f"{name}." if name else ""
-        own_fwd = fwd.get(name, 0.0) - sum(fwd.get(prefix + c, 0.0) for c in children[name])
-        own_bwd = bwd.get(name, 0.0) - sum(bwd.get(prefix + c, 0.0) for c in children[name])
+        own_fwd, own_bwd = fwd.get(name, 0.0), bwd.get(name, 0.0)
         kernels = trace.kernels.get(name, 0)
         params = params_of.get(name, [])
         if not params and own_fwd <= 0 and kernels == 0:
@@ -268,7 +331,8 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         kind = _kind(torch, module, own_fwd)
         moved = trace.bytes.get(name, 0.0)
         layers.append(Layer(name=name, params=tuple(params), forward_flops=max(own_fwd, 0.0),
-                            backward_flops=max(own_bwd, 0.0), forward_bytes=moved, backward_bytes=2.0 * moved,
+                            backward_flops=max(own_bwd, 0.0), forward_bytes=moved,
+                            backward_bytes=2.0 * moved + trace.bwd_extra.get(name, 0.0),
                             kernels=max(kernels, 1), kind=kind))
         names.append(name)
     position = {n: i for i, n in enumerate(names)}

@@ -72,10 +72,11 @@ class _Builder:
         all params when ``flops`` > 0), ``extra_elems`` the element passes of folded elementwise ops."""
         own = sum(n for _, n in params)
         weight = matmul_weight if matmul_weight is not None else (own if flops else 0)
-        weight_bytes = own * 4.0 + (weight * 4.0 if weight and self.amp else 0.0)
-        if weight and self.amp and weight != own:
-            weight_bytes += weight * 4.0  # tied weight read for the cast (lm_head, BERT decoder)
+        # fp32 parameters are read once (a tied weight, as lm_head's, is read here too); under
+        # autocast the matmul weight is also cast: 2 bytes written, 2 read back by the matmul.
+        weight_bytes = max(own, weight) * 4.0
         if weight and self.amp:
+            weight_bytes += weight * 4.0
             kernels += 1  # autocast's cast of the fp32 weight to 16 bits
         act = (in_elems + out_elems + extra_elems) * self.elt
         forward = fwd_bytes if fwd_bytes is not None else weight_bytes + act
