@@ -22,7 +22,6 @@ from ddpsim.units import format_bytes, format_time
 DEFAULT_CANDIDATES_MB: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256, 512)
 _TIE_REL = 1e-9  # step times this close are equal; prefer the cap nearest PyTorch's default
 _WORTH_IT = 0.005  # an alternative "helps" only if it takes at least 0.5% off the step
-_SLOW_BUCKET = 0.5  # a bucket reaching under half the best bucket's bandwidth is latency-bound
 
 _HOOK_PASTE = {
     "bf16": "model.register_comm_hook(None, torch.distributed.algorithms.ddp_comm_hooks.default_hooks.bf16_compress_hook)",
@@ -234,14 +233,27 @@ def _tail_s(result: Result) -> float:
     return max(0.0, max(b.end_s for b in result.buckets) - backward_end)
 
 
-def _latency_bound(result: Result) -> int:
-    """Buckets whose all-reduce reaches under half the bandwidth of the best one: their time is
-    mostly fixed per-call latency, so merging them would save nearly all of it."""
-    rates = [b.bytes / (b.end_s - b.start_s) for b in result.buckets if b.end_s > b.start_s]
-    if len(rates) < 2:
-        return 0
-    top = max(rates)
-    return sum(1 for r in rates if r < _SLOW_BUCKET * top)
+def _fixed_cost_s(result: Result) -> float | None:
+    """Per-all-reduce fixed cost (latency + launch), the intercept of duration = a + bytes / B fitted
+    over the step's buckets; None when the buckets are too alike in size to tell a from B."""
+    points = [(float(b.bytes), b.end_s - b.start_s) for b in result.buckets if b.end_s > b.start_s]
+    if len(points) < 2:
+        return None
+    mean_x = sum(x for x, _ in points) / len(points)
+    mean_y = sum(y for _, y in points) / len(points)
+    var_x = sum((x - mean_x) ** 2 for x, _ in points)
+    if var_x <= (0.05 * mean_x) ** 2 * len(points):  # sizes within ~5% of each other
+        return None
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / var_x
+    return max(0.0, mean_y - max(slope, 0.0) * mean_x)
+
+
+def _latency_share(result: Result) -> float:
+    """Share of the communication time that is fixed per-call cost rather than bytes on the wire."""
+    fixed = _fixed_cost_s(result)
+    if fixed is None or result.comm_time_s <= 0:
+        return 0.0
+    return min(1.0, fixed * len(result.buckets) / result.comm_time_s)
 
 
 def _cap_text(cap: float | None) -> str:
@@ -253,7 +265,8 @@ def explain(default: Result, best: Result, cap: float | None) -> str:
     recommended cap changes, in a few sentences built from the per-bucket records."""
     if default.world_size == 1:
         return "One GPU: DDP does not all-reduce, so bucket_cap_mb changes nothing."
-    tail, small, n = _tail_s(default), _latency_bound(default), len(default.buckets)
+    tail, n = _tail_s(default), len(default.buckets)
+    latency = _latency_share(default)
     exposed = default.exposed_comm_s
     backward_compute = max(default.backward_s - default.copy_s, 0.0)
     parts = [
@@ -262,16 +275,18 @@ def explain(default: Result, best: Result, cap: float | None) -> str:
     ]
     if exposed <= 0.01 * default.step_time_s:
         parts.append("Communication is already hidden behind compute, so the cap matters little.")
+    elif latency >= 0.5:
+        fixed = _fixed_cost_s(default) or 0.0
+        parts.append(
+            f"The problem is latency: each all-reduce pays about {format_time(fixed)} of fixed cost (latency"
+            f" and launch), {100 * latency:.0f}% of all communication time; the buckets queue behind each other"
+            f" and the last one finishes {format_time(tail)} after backward compute."
+        )
     elif tail >= 0.5 * exposed and default.buckets:
         last = max(default.buckets, key=lambda b: b.end_s)
         parts.append(
             f"The problem is the tail: the last bucket's all-reduce ({format_bytes(last.bytes)}) finishes"
             f" {format_time(tail)} after backward compute ends, where nothing can hide it."
-        )
-    elif small >= max(2, n // 2):
-        parts.append(
-            f"The problem is latency: {small} of the {n} all-reduces are so small that their fixed per-call"
-            " cost (launch and latency) dominates their transfer time."
         )
     elif default.comm_time_s > backward_compute:
         parts.append(
@@ -281,6 +296,8 @@ def explain(default: Result, best: Result, cap: float | None) -> str:
         )
     else:
         parts.append("Exposed communication is spread over the step (buckets queue behind each other).")
+    if not default.fits_in_memory:
+        parts.append("Note: plain DDP does not fit in GPU memory here, whatever the cap (see `ddpsim run`).")
     if cap is None:
         parts.append("No other cap simulated faster: keep the default.")
         return " ".join(parts)

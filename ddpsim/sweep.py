@@ -146,11 +146,28 @@ def _is_unknown_field(exc: ScenarioError, grid_field: str) -> bool:
     return bool(where) and names_it and structural
 
 
+def _file_digest(path: str | None, base_dir: str) -> str | None:
+    """Content hash of a file the scenario points to: editing it must not reuse old points."""
+    if not path:
+        return None
+    full = path if os.path.isabs(path) else os.path.join(base_dir, path)
+    try:
+        with open(full, "rb") as handle:
+            return hashlib.sha256(handle.read()).hexdigest()
+    except OSError:
+        return None  # the point will fail on its own with a clear message
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A stable name for the resolved scenario: validated values, not how they were spelled."""
     resolved = dataclasses.asdict(scenario)
     resolved.pop("source", None)  # moving or renaming the YAML file must not invalidate points
-    text = json.dumps({"format": POINT_FORMAT, "scenario": resolved}, sort_keys=True, default=str)
+    model = scenario.workload.model
+    inputs = {
+        "calibration": _file_digest(scenario.calibration_path, scenario.base_dir),
+        "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
+    }
+    text = json.dumps({"format": POINT_FORMAT, "scenario": resolved, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
@@ -295,7 +312,10 @@ def connect_dask(address: str) -> Any:
     try:
         return Client(address, timeout=f"{DASK_CONNECT_TIMEOUT_S}s")
     except Exception as exc:  # noqa: BLE001 - OSError, TimeoutError, ValueError for a bad address ...
-        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, OSError | TimeoutError | ValueError):
+            detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        else:  # something answered but did not speak Dask's protocol (a proxy, another service)
+            detail = f"no Dask scheduler answered: {type(exc).__name__}"
         raise ScenarioError(
             f"cannot reach the Dask scheduler at {address} within {DASK_CONNECT_TIMEOUT_S} s ({detail})",
             field="--dask",
