@@ -70,8 +70,12 @@ def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
             max_inflight_buckets=fitted_overheads.get("max_inflight_buckets", overheads.max_inflight_buckets),
         )
     cluster = replace(scenario.cluster, intra_node=intra)
+    collective = scenario.collective
+    if collective.algorithm == "auto" and fitted.get("algorithm") and scenario.cluster.nodes == 1:
+        # the algorithm NCCL ran when the link class was measured, on one node
+        collective = replace(collective, algorithm=str(fitted["algorithm"]))
     protocol_table = _protocol_table(fitted.get("protocol_table"), path)
-    return replace(scenario, cluster=cluster, overheads=overheads), protocol_table
+    return replace(scenario, cluster=cluster, overheads=overheads, collective=collective), protocol_table
 
 
 def _protocol_table(data: Any, path: str) -> Any:

@@ -12,6 +12,7 @@ from typing import Any
 import simpy
 
 from ddpsim.ddp.buckets import Bucket, bucket_layout
+from ddpsim.errors import ScenarioError
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
@@ -43,12 +44,17 @@ def prepare(scenario: Scenario) -> Prepared:
     from ddpsim.collectives import CollectiveModel
     from ddpsim.topology import build_topology
 
-    scenario, protocol_table = apply_calibration(scenario)
-    workload = load_workload(scenario.workload, scenario.base_dir)
-    gpu = get_gpu(scenario.cluster.gpu)
-    compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
-    buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp))
-    topology = build_topology(scenario.cluster)
+    try:
+        scenario, protocol_table = apply_calibration(scenario)
+        workload = load_workload(scenario.workload, scenario.base_dir)
+        gpu = get_gpu(scenario.cluster.gpu)
+        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
+        buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp))
+        topology = build_topology(scenario.cluster)
+    except ScenarioError as exc:
+        if exc.file is None:
+            raise ScenarioError(exc.detail, file=scenario.source, field=exc.field) from None
+        raise
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
         _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)

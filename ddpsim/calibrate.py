@@ -1,0 +1,131 @@
+"""Fit the simulator's parameters from measurements (``ddpsim calibrate``).
+
+1. Link classes: NCCL-style latency/bandwidth per protocol, fitted to all-reduce sweeps (the
+   harness's JSON or nccl-tests output), turned into a link bandwidth, latency and protocol table.
+2. DDP overheads per link class, fitted to a calibration subset of measured DDP runs only: the
+   per-bucket launch cost, compute slowed by concurrent NCCL kernels, and the in-flight limit of
+   the launch path. Runs outside the subset are never looked at here: they are for ``validate``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from ddpsim.collectives import ProtocolTable
+from ddpsim.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
+from ddpsim.errors import ScenarioError
+from ddpsim.measurements import AllReduceSample
+
+SCHEMA = "ddpsim.calibration/1"
+# calibration link class -> the topology's transport name for a hop of that class
+TRANSPORT_OF_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "net", "pcie": "pci", "net": "net"}
+MIN_FIT_BYTES = 4096
+
+# candidate values searched for the DDP overhead terms (coordinate descent over these grids)
+LAUNCH_GRID_S = (2e-6, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6)
+SLOWDOWN_GRID = (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0)
+INFLIGHT_GRID: tuple[int | None, ...] = (None, 1, 2, 3, 4, 6, 8)
+
+
+def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
+    """One link class's entry of the calibration file, with the fit's own errors on its samples."""
+    used = [s for s in samples if s.bytes >= MIN_FIT_BYTES]
+    if len(used) < 3:
+        raise ScenarioError("fewer than three all-reduce sizes to fit", file=samples[0].source if samples else None)
+    link_class = used[0].link_class
+    fits = fit_protocols([s.bytes for s in used], [s.world_size for s in used], [s.time_s for s in used])
+    simple = fits.get("simple") or max(fits.values(), key=lambda f: f.busbw_Bps)
+    transport = TRANSPORT_OF_LINK_CLASS.get(link_class, link_class)
+    base, hops, efficiency = {}, {}, {}
+    for protocol in PROTOCOL_NAMES:
+        fit = fits.get(protocol)
+        if fit is None:
+            # a protocol never fastest in the data: keep it out of NCCL's choice
+            base[protocol], hops[protocol], efficiency[protocol] = 1.0, 1.0, 1e-3
+            continue
+        base[protocol], hops[protocol] = fit.base_s, fit.hop_s
+        efficiency[protocol] = min(1.0, fit.busbw_Bps / simple.busbw_Bps)
+    table = ProtocolTable(
+        base_latency_s={(family, p): base[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+        hop_latency_s={(transport, family, p): hops[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+        transport_efficiency={(transport, p): efficiency[p] for p in PROTOCOL_NAMES},
+        hop_latency_mode="absolute",
+    )
+    errors = [abs(envelope_s(fits, s.bytes, s.world_size)[0] / s.time_s - 1) * 100 for s in used]
+    return {
+        "bandwidth_Bps": simple.busbw_Bps,
+        "latency_s": simple.hop_s,
+        # NCCL runs rings inside one node (its tree is slower there); the fit is of rings
+        "algorithm": "ring",
+        "protocol_table": table.to_dict(),
+        "protocol_fits": {
+            p: {"base_latency_s": f.base_s, "hop_latency_s": f.hop_s, "bus_bandwidth_Bps": f.busbw_Bps}
+            for p, f in fits.items()
+        },
+        "samples": len(used),
+        "world_sizes": sorted({s.world_size for s in used}),
+        "sources": sorted({os.path.basename(s.source) for s in used}),
+        "fit_mean_error_pct": sum(errors) / len(errors),
+        "fit_max_error_pct": max(errors),
+    }
+
+
+def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
+    by_class: dict[str, list[AllReduceSample]] = defaultdict(list)
+    for sample in samples:
+        by_class[sample.link_class].append(sample)
+    return {link_class: fit_link_class(group) for link_class, group in sorted(by_class.items())}
+
+
+def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any], meta: dict[str, Any]) -> None:
+    from ddpsim.outdir import atomic_write_text
+
+    data = {"schema": SCHEMA, "link_classes": link_classes, "overheads": overheads, **meta}
+    atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _mape(pairs: Sequence[tuple[float, float]]) -> float:
+    return sum(abs(p / m - 1) for p, m in pairs) / len(pairs) * 100
+
+
+def fit_overheads(
+    runs: Sequence[dict[str, Any]],
+    profiles: dict[str, str],
+    link_calibration_path: str,
+    rounds: int = 2,
+) -> dict[str, Any]:
+    """Coordinate descent over the overhead grids, minimising mean absolute % error on ``runs``."""
+    from ddpsim.measured_scenarios import run_scenario
+    from ddpsim.simulate import simulate
+
+    runs = [r for r in runs if r["model"] in profiles]
+    if not runs:
+        raise ScenarioError("no calibration runs with a measured profile")
+    cache: dict[tuple, float] = {}
+
+    def score(params: dict[str, Any]) -> float:
+        key = tuple(sorted(params.items(), key=lambda kv: kv[0]))
+        if key not in cache:
+            overheads = {
+                "bucket_launch": params["bucket_launch_s"],
+                "compute_slowdown": params["compute_slowdown"],
+                "max_inflight_buckets": params["max_inflight_buckets"],
+            }
+            pairs = []
+            for run in runs:
+                scenario = run_scenario(run, profiles[run["model"]], link_calibration_path, overheads=overheads)
+                pairs.append((simulate(scenario).step_time_s, float(run["step_s_median"])))
+            cache[key] = _mape(pairs)
+        return cache[key]
+
+    params: dict[str, Any] = {"bucket_launch_s": 10e-6, "compute_slowdown": 0.0, "max_inflight_buckets": None}
+    grids = {"bucket_launch_s": LAUNCH_GRID_S, "compute_slowdown": SLOWDOWN_GRID, "max_inflight_buckets": INFLIGHT_GRID}
+    for _ in range(rounds):
+        for name, grid in grids.items():
+            best = min(grid, key=lambda value: (score({**params, name: value}), str(value)))
+            params[name] = best
+    return {**params, "calibration_mape_pct": score(params), "calibration_runs": len(runs)}
