@@ -114,3 +114,32 @@ def test_cli_text(scenario_file, tmp_path, capsys, monkeypatch):
 def test_cli_bad_candidates_exit_2(scenario_file, capsys):
     assert main(["tune-buckets", scenario_file, "--candidates", "0,5"]) == 2
     assert "--candidates" in capsys.readouterr().err
+
+
+def _result_with_buckets(sizes, durations, backward_end_s):
+    from ddpsim.results import BucketRecord, Result
+
+    buckets, t = [], 0.0
+    for i, (size, duration) in enumerate(zip(sizes, durations, strict=True)):
+        buckets.append(BucketRecord(i, size, size, 1, t, t, t, t + duration))
+        t += duration
+    return Result(
+        scenario="x", model="m", gpu="g", world_size=4, nodes=2, gpus_per_node=2, algorithm="ring",
+        protocol="simple", mode="detailed", bucket_cap_mb=None, step_time_s=backward_end_s + 0.01,
+        forward_s=0.0, backward_s=backward_end_s, optimizer_s=0.0, comm_time_s=sum(durations),
+        exposed_comm_s=max(0.0, t - backward_end_s), compute_only_s=backward_end_s, copy_s=0.0, buckets=buckets,
+    )
+
+
+def test_fixed_cost_is_the_intercept_and_drives_the_diagnosis():
+    from ddpsim.advisor import _fixed_cost_s, explain
+
+    # duration = 2 ms + bytes / 10 GB/s: the fitted per-call cost is 2 ms
+    sizes = [1_000_000, 5_000_000, 20_000_000]
+    latency_bound = _result_with_buckets(sizes, [0.002 + s / 1e10 for s in sizes], backward_end_s=0.003)
+    assert _fixed_cost_s(latency_bound) == pytest.approx(0.002, rel=1e-9)
+    assert "The problem is latency" in explain(latency_bound, latency_bound, 100.0)
+    # no fixed cost, one big bucket finishing long after backward: the tail
+    bandwidth_bound = _result_with_buckets(sizes, [s / 1e10 for s in sizes], backward_end_s=0.0005)
+    assert _fixed_cost_s(bandwidth_bound) == pytest.approx(0.0, abs=1e-12)
+    assert "The problem is the tail" in explain(bandwidth_bound, bandwidth_bound, 5.0)

@@ -211,3 +211,10 @@ def test_unreachable_dask_scheduler_exits_2(scenario_file, tmp_path, calls, caps
     argv = ["sweep", scenario_file, "--grid", "cluster.nodes=1,2", "--out", str(out), "--dask", "tcp://127.0.0.1:9"]
     assert main(argv) == 2
     assert "Dask scheduler" in capsys.readouterr().err and not out.exists() and not calls
+
+
+def test_two_spellings_of_one_scenario_are_one_point(scenario_file, tmp_path, calls):
+    out = str(tmp_path / "out")
+    outcome = sweep.run_sweep(scenario_file, ["cluster.inter_node.nic_bandwidth=400Gbps,50GB/s"], out, workers=1)
+    assert len(calls) == 1 and outcome.computed == 1 and outcome.reused == 1
+    assert len(read_csv(out)) == 2 and len(os.listdir(os.path.join(out, "points"))) == 1
