@@ -20,7 +20,16 @@ import numpy as np
 import simpy
 
 from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
-from ddpsim.collectives.schedules import ALGORITHMS, Phase, build_schedule, tree_depth, tree_max_degree
+from ddpsim.collectives.schedules import (
+    ALGORITHMS,
+    Phase,
+    build_schedule,
+    channel_orders,
+    ring_pairs,
+    tree_depth,
+    tree_local_pairs,
+    tree_max_degree,
+)
 from ddpsim.network import FlowNetwork, LinkMatrix, max_min_rates
 from ddpsim.topology import TRANSPORTS, Topology
 
@@ -35,6 +44,7 @@ class _PricedPhase:
     phase: Phase
     link_ids: list[tuple[int, ...]]
     fraction: np.ndarray  # bytes of each flow per byte all-reduced
+    count: np.ndarray  # identical flows each entry stands for
     link_latency_s: np.ndarray
     transport: np.ndarray  # index into TRANSPORTS per flow
     path_latency_s: np.ndarray | None  # per hop of the latency path (pipelined phases)
@@ -43,11 +53,19 @@ class _PricedPhase:
 
 
 class CollectiveModel:
-    """All-reduce times on one topology, under one protocol table (NCCL's defaults if None)."""
+    """All-reduce times on one topology, under one protocol table (NCCL's defaults if None).
 
-    def __init__(self, topology: Topology, protocol_table: ProtocolTable | None = None) -> None:
+    channels: parallel rings/trees, each leaving a node through its own NIC (None: one per
+    network port of a node, as NCCL spreads its channels over NICs; 1 on a single node).
+    """
+
+    def __init__(self, topology: Topology, protocol_table: ProtocolTable | None = None,
+                 channels: int | None = None) -> None:
         self.topology = topology
         self.protocol_table = ProtocolTable() if protocol_table is None else protocol_table
+        self.channels = max(1, topology.nics_per_node) if channels is None else channels
+        if self.channels < 1:
+            raise ValueError(f"channels must be >= 1, got {channels}")
         self._structures: dict[str, list[_PricedPhase]] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -140,7 +158,8 @@ class CollectiveModel:
                     yield env.timeout(fill_s)
                 flows = [
                     network.transfer(links, float(size), float(latency))
-                    for links, size, latency in zip(priced.link_ids, wire_bytes, hop_s, strict=True)
+                    for links, size, latency, count in zip(priced.link_ids, wire_bytes, hop_s, priced.count, strict=True)
+                    for _ in range(count)
                 ]
                 yield env.all_of(flows)
         return algorithm, protocol
@@ -174,13 +193,14 @@ class CollectiveModel:
         return table.base_latency(algorithm, protocol) + closed_form_s(
             algorithm, topo.world_size, nbytes, intra_Bps, intra_s, nodes,
             inter_bandwidth_Bps=inter_Bps, inter_latency_s=inter_s, intra_switched=switched,
+            channels=self.channels,
         )
 
     # -- internals ------------------------------------------------------------------------------
     def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
         """The algorithm's phases for an all-reduce of ``nbytes`` on this topology."""
         topo = self.topology
-        return build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes)
+        return build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
 
     def _structure(self, algorithm: str) -> list[_PricedPhase]:
         cached = self._structures.get(algorithm)
@@ -200,6 +220,7 @@ class CollectiveModel:
                 phase=phase,
                 link_ids=[r.link_ids for r in routes],
                 fraction=np.array([t.nbytes for t in phase.transfers]),
+                count=np.array([t.count for t in phase.transfers], dtype=np.int64),
                 link_latency_s=np.array([r.latency_s for r in routes]),
                 transport=np.array([transport_code[topo.transport(t.src_rank, t.dst_rank)] for t in phase.transfers],
                                    dtype=np.int64),
@@ -212,7 +233,7 @@ class CollectiveModel:
     def _rates(self, priced: _PricedPhase) -> np.ndarray:
         if priced.rate_Bps is None:
             matrix = LinkMatrix.from_lists(priced.link_ids)
-            priced.rate_Bps = max_min_rates(matrix, self.topology.capacity_Bps)
+            priced.rate_Bps = max_min_rates(matrix, self.topology.capacity_Bps, priced.count)
         return priced.rate_Bps
 
     def _protocol_coefficients(self, algorithm: str, protocol: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -255,44 +276,69 @@ def closed_form_s(
     inter_bandwidth_Bps: float | None = None,
     inter_latency_s: float | None = None,
     intra_switched: bool = True,
+    channels: int = 1,
 ) -> float:
     """Uncontended all-reduce time of this package's schedules, without protocol costs.
 
     ``bandwidth_Bps``/``latency_s`` describe one GPU-to-GPU hop inside a node (and across nodes
     unless ``inter_*`` are given). ``intra_switched``: GPUs reach each other through a switch (one
-    up-link and one down-link per GPU, as NVSwitch and PCIe), else over direct links.
+    up-link and one down-link per GPU, as NVSwitch and PCIe), else over direct links. Every GPU
+    is assumed to have its own network port.
 
-    ring: 2(n-1) hops of S/n: 2(n-1)·α + 2(n-1)/n·S/B (the slower hop class sets each step).
-    tree: one pipelined phase: 2·((g-1)·α_intra + D·α_inter) + S/2·max(c_intra/B_intra, c_inter/B_inter),
-      D the depth of the deeper of NCCL's two trees over the nodes and c the most S/2 flows one
-      link carries (a chain GPU on a switch sends up and down for both trees: 4; a node head's NIC:
-      its edge count over both trees).
+    ring, one channel: 2(n-1)·α + 2(n-1)/n·S/B (the slower hop class sets each step). With c
+      channels each step moves S/(n·c) per flow and a GPU's link carries u flows (u = c, or c-1
+      when every GPU is some channel's exit): 2(n-1)·max(α_intra + u·S/(nc)/B_intra, α_inter + S/(nc)/B_inter).
+    tree: one pipelined phase: 2·((g-1)·α_intra + D·α_inter) + S/(2c)·max(u/B_intra, v/B_inter),
+      D the depth of the deeper of NCCL's two trees over the nodes, u the most S/(2c) flows one
+      intra-node link carries (a mid-chain GPU on a switch sends up and down for both trees: 4 per
+      channel) and v the most on one NIC (a head's edges over both trees).
     hierarchical: 2(g-1)·(α_intra + S/g/B_intra) + 2(N-1)·(α_inter + S/(gN)/B_inter).
     """
     algorithm = _check_algorithm(algorithm)
     if nodes < 1 or n_ranks % nodes:
         raise ValueError(f"{n_ranks} ranks do not split into {nodes} nodes")
+    if channels < 1:
+        raise ValueError(f"channels must be >= 1, got {channels}")
     g = n_ranks // nodes
     intra_Bps, intra_s = bandwidth_Bps, latency_s
     inter_Bps = bandwidth_Bps if inter_bandwidth_Bps is None else inter_bandwidth_Bps
     inter_s = latency_s if inter_latency_s is None else inter_latency_s
     if n_ranks < 2:
         return 0.0
+
+    def most_flows(pairs: dict[tuple[int, int], int], switched: bool) -> int:
+        if not pairs:
+            return 0
+        if not switched:
+            return max(pairs.values())
+        out: dict[int, int] = {}
+        into: dict[int, int] = {}
+        for (a, b), m in pairs.items():
+            out[a] = out.get(a, 0) + m
+            into[b] = into.get(b, 0) + m
+        return max(*out.values(), *into.values())
+
     if algorithm == "ring":
+        local, across = ring_pairs(g, channels, nodes)
+        chunk = nbytes / (n_ranks * channels)
+        hops = []
+        if local:
+            hops.append((intra_s, most_flows(local, intra_switched) * chunk / intra_Bps))
+        if across:
+            hops.append((inter_s, most_flows(across, True) * chunk / inter_Bps))
+        alpha, transfer = max(hops, key=lambda h: h[0] + h[1])
         steps = 2 * (n_ranks - 1)
-        hops = ([(intra_s, intra_Bps)] if g > 1 else []) + ([(inter_s, inter_Bps)] if nodes > 1 else [])
-        alpha, beta = max(hops, key=lambda h: h[0] + nbytes / n_ranks / h[1])
-        return steps * alpha + steps / n_ranks * nbytes / beta
+        return steps * alpha + steps * transfer
     if algorithm == "tree":
-        if g < 2:
-            intra_flows = 0
-        elif g == 2 or not intra_switched:
-            intra_flows = 2
-        else:
-            intra_flows = 4
-        inter_flows = tree_max_degree(nodes) if nodes > 1 else 0
+        intra_flows = most_flows(tree_local_pairs(g, channels), intra_switched or g == 2)
+        inter_flows = 0
+        if nodes > 1:
+            heads: dict[int, int] = {}
+            for order in channel_orders(g, channels):
+                heads[order[0]] = heads.get(order[0], 0) + 1
+            inter_flows = tree_max_degree(nodes) * max(heads.values())
         latency = 2 * ((g - 1) * intra_s + tree_depth(nodes) * inter_s)
-        return latency + nbytes / 2 * max(intra_flows / intra_Bps, inter_flows / inter_Bps)
+        return latency + nbytes / (2 * channels) * max(intra_flows / intra_Bps, inter_flows / inter_Bps)
     total = 0.0
     if g > 1:
         total += 2 * (g - 1) * intra_s + 2 * (g - 1) / g * nbytes / intra_Bps

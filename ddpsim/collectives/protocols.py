@@ -17,7 +17,9 @@ How hop latencies meet the scenario's link latencies (``hop_latency_mode``):
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 HOP_LATENCY_MODES = ("scaled", "absolute", "additive")
@@ -85,6 +87,45 @@ class ProtocolTable:
             hop_latency_s={},
             bandwidth_efficiency=dict.fromkeys(PROTOCOL_NAMES, 1.0),
             hop_latency_mode="additive",
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-friendly form: tuple keys joined with "/" ("nvlink/ring/simple")."""
+        return {
+            "base_latency_s": {"/".join(k): v for k, v in self.base_latency_s.items()},
+            "hop_latency_s": {"/".join(k): v for k, v in self.hop_latency_s.items()},
+            "bandwidth_efficiency": dict(self.bandwidth_efficiency),
+            "transport_efficiency": {"/".join(k): v for k, v in self.transport_efficiency.items()},
+            "hop_latency_mode": self.hop_latency_mode,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProtocolTable:
+        """Read ``to_dict``'s form; entries it leaves out keep NCCL's defaults.
+
+        Raises KeyError, TypeError or ValueError on unknown fields or malformed keys.
+        """
+        unknown = set(data) - {"base_latency_s", "hop_latency_s", "bandwidth_efficiency",
+                               "transport_efficiency", "hop_latency_mode"}
+        if unknown:
+            raise KeyError(f"unknown protocol table fields: {', '.join(sorted(unknown))}")
+
+        def keyed(name: str, parts: int) -> dict[Any, float]:
+            out: dict[Any, float] = {}
+            for key, value in dict(data.get(name, {})).items():
+                split = tuple(str(key).split("/"))
+                if len(split) != parts:
+                    raise ValueError(f"{name} key {key!r} should have {parts} parts joined by '/'")
+                out[split if parts > 1 else split[0]] = float(value)
+            return out
+
+        default = cls()
+        return cls(
+            base_latency_s={**default.base_latency_s, **keyed("base_latency_s", 2)},
+            hop_latency_s={**default.hop_latency_s, **keyed("hop_latency_s", 3)},
+            bandwidth_efficiency={**default.bandwidth_efficiency, **keyed("bandwidth_efficiency", 1)},
+            transport_efficiency=keyed("transport_efficiency", 2),
+            hop_latency_mode=str(data.get("hop_latency_mode", default.hop_latency_mode)),
         )
 
     @staticmethod

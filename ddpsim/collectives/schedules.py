@@ -11,6 +11,7 @@ drain cost the summed hop latencies along ``latency_path`` once, instead of per 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,9 +19,13 @@ ALGORITHMS = ("ring", "tree", "hierarchical")
 
 
 class Transfer(NamedTuple):
+    """``count`` identical flows of ``nbytes`` from ``src_rank`` to ``dst_rank`` (channels that
+    share a pair are merged so that large schedules stay small)."""
+
     src_rank: int
     dst_rank: int
     nbytes: float
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -43,13 +48,47 @@ def _check(n_ranks: int, gpus_per_node: int) -> int:
     return n_ranks // gpus_per_node
 
 
-def ring_schedule(n_ranks: int, nbytes: float) -> list[Phase]:
-    """Ring all-reduce: 2(n-1) identical steps, each rank sends S/n to the next rank."""
+def channel_orders(gpus_per_node: int, channels: int) -> list[list[int]]:
+    """Local GPU order of each channel: channel k starts at GPU k*g/c and wraps around.
+
+    NCCL runs several rings (channels) at once, each leaving a node through a different NIC;
+    rotating the node-local order gives every channel its own entry and exit GPU, hence its own
+    NIC on rail-optimised and multi-NIC nodes, while keeping ranks of a node contiguous.
+    """
+    if channels < 1:
+        raise ValueError(f"channels must be >= 1, got {channels}")
+    g = gpus_per_node
+    return [[(k * g // channels + i) % g for i in range(g)] for k in range(channels)]
+
+
+def ring_pairs(gpus_per_node: int, channels: int, n_nodes: int) -> tuple[Counter[tuple[int, int]], Counter[tuple[int, int]]]:
+    """Flows per step of a multi-channel ring, by local GPU pair: (inside a node, node to next node).
+
+    With one node the ring closes inside it (its last GPU sends to its first).
+    """
+    local: Counter[tuple[int, int]] = Counter()
+    across: Counter[tuple[int, int]] = Counter()
+    for order in channel_orders(gpus_per_node, channels):
+        local.update(zip(order, order[1:], strict=False))
+        (local if n_nodes == 1 else across)[(order[-1], order[0])] += 1
+    return local, across
+
+
+def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels: int = 1) -> list[Phase]:
+    """Ring all-reduce: 2(n-1) identical steps; on each of ``channels`` rings every rank sends
+    S/(n*channels) to its successor (ranks of a node contiguous, nodes in order)."""
+    n_nodes = _check(n_ranks, gpus_per_node)
     if n_ranks < 2:
         return []
-    chunk = nbytes / n_ranks
-    step = tuple(Transfer(r, (r + 1) % n_ranks, chunk) for r in range(n_ranks))
-    return [Phase(step, repeat=2 * (n_ranks - 1), label="ring reduce-scatter + all-gather")]
+    g = gpus_per_node
+    chunk = nbytes / (n_ranks * channels)
+    local, across = ring_pairs(g, channels, n_nodes)
+    step = []
+    for node in range(n_nodes):
+        base, succ = node * g, ((node + 1) % n_nodes) * g
+        step.extend(Transfer(base + a, base + b, chunk, m) for (a, b), m in local.items() if a != b)
+        step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
+    return [Phase(tuple(step), repeat=2 * (n_ranks - 1), label="ring reduce-scatter + all-gather")]
 
 
 def btree_parents(n: int) -> list[int]:
@@ -99,45 +138,57 @@ def _depths(parents: list[int]) -> list[int]:
     return depth
 
 
-def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float) -> list[Phase]:
+def tree_local_pairs(gpus_per_node: int, channels: int) -> Counter[tuple[int, int]]:
+    """Flows inside a node of the multi-channel tree, by local GPU pair (both trees, both ways)."""
+    pairs: Counter[tuple[int, int]] = Counter()
+    for order in channel_orders(gpus_per_node, channels):
+        for child, parent in zip(order[1:], order, strict=False):
+            pairs[(child, parent)] += 2  # reduce towards the head, once per tree
+            pairs[(parent, child)] += 2  # broadcast away from it
+    return pairs
+
+
+def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
     """NCCL-style tree all-reduce as one pipelined phase.
 
-    Inside a node the GPUs form a chain headed by local GPU 0; across nodes the heads form NCCL's
-    double binary tree. Each of the two trees carries S/2: every tree edge moves S/2 up (reduce)
-    and S/2 down (broadcast). NCCL pipelines the reduction and the broadcast in small chunks, so
-    in steady state every edge streams at once; modelled as all flows concurrent, plus the latency
-    of filling and draining the pipeline: up the deepest path and back down (2 x depth hops).
+    Inside a node the GPUs form a chain headed by the channel's first GPU; across nodes the heads
+    form NCCL's double binary tree. Each channel carries S/channels, half on each tree: every tree
+    edge moves S/(2·channels) up (reduce) and as much down (broadcast). NCCL pipelines reduction and
+    broadcast in small chunks, so in steady state every edge streams at once; modelled as all flows
+    concurrent, plus the latency of filling and draining the pipeline: up the deepest path and
+    back down (2 x depth hops).
     """
     n_nodes = _check(n_ranks, gpus_per_node)
     if n_ranks < 2:
         return []
     g = gpus_per_node
-    half = nbytes / 2
+    half = nbytes / (2 * channels)
     trees = double_binary_tree(n_nodes)
-    transfers: list[Transfer] = []
-    for parents in trees:
-        for node in range(n_nodes):
-            base = node * g
-            for i in range(1, g):
-                transfers.append(Transfer(base + i, base + i - 1, half))
-                transfers.append(Transfer(base + i - 1, base + i, half))
-            if parents[node] != -1:
-                head, parent_head = base, parents[node] * g
-                transfers.append(Transfer(head, parent_head, half))
-                transfers.append(Transfer(parent_head, head, half))
-    # the deepest node of the deeper tree, entered at the far end of its chain
+    orders = channel_orders(g, channels)
+    local = tree_local_pairs(g, channels)
+    transfers = [Transfer(node * g + a, node * g + b, half, m) for node in range(n_nodes) for (a, b), m in local.items()]
+    across: Counter[tuple[int, int]] = Counter()
+    for order in orders:
+        head = order[0]
+        for parents in trees:
+            for node, parent in enumerate(parents):
+                if parent != -1:
+                    across[(node * g + head, parent * g + head)] += 1
+                    across[(parent * g + head, node * g + head)] += 1
+    transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in across.items())
+    # the deepest node of the deeper tree, entered at the far end of channel 0's chain
     best_depth, best_tree, best_node = -1, 0, 0
     for t, parents in enumerate(trees):
         depths = _depths(parents)
         deepest = max(range(n_nodes), key=depths.__getitem__)
         if depths[deepest] > best_depth:
             best_depth, best_tree, best_node = depths[deepest], t, deepest
-    up_path: list[tuple[int, int]] = []
+    order = orders[0]
     base = best_node * g
-    up_path.extend((base + i, base + i - 1) for i in range(g - 1, 0, -1))
+    up_path: list[tuple[int, int]] = [(base + order[p], base + order[p - 1]) for p in range(g - 1, 0, -1)]
     node, parents = best_node, trees[best_tree]
     while parents[node] != -1:
-        up_path.append((node * g, parents[node] * g))
+        up_path.append((node * g + order[0], parents[node] * g + order[0]))
         node = parents[node]
     down_path = [(dst, src) for src, dst in reversed(up_path)]
     return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path), label="double binary tree")]
@@ -186,13 +237,13 @@ def hierarchical_schedule(n_ranks: int, gpus_per_node: int, nbytes: float) -> li
     return phases
 
 
-def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float) -> list[Phase]:
-    """The schedule of one all-reduce of ``nbytes`` per rank."""
+def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
+    """The schedule of one all-reduce of ``nbytes`` per rank (hierarchical ignores ``channels``:
+    its per-rail rings already use every NIC)."""
     if algorithm == "ring":
-        _check(n_ranks, gpus_per_node)
-        return ring_schedule(n_ranks, nbytes)
+        return ring_schedule(n_ranks, nbytes, gpus_per_node, channels)
     if algorithm == "tree":
-        return tree_schedule(n_ranks, gpus_per_node, nbytes)
+        return tree_schedule(n_ranks, gpus_per_node, nbytes, channels)
     if algorithm == "hierarchical":
         return hierarchical_schedule(n_ranks, gpus_per_node, nbytes)
     raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")

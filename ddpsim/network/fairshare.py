@@ -39,9 +39,14 @@ class LinkMatrix(NamedTuple):
 
 
 def max_min_rates(
-    flow_links: LinkMatrix | Sequence[Sequence[int] | np.ndarray], capacity_Bps: np.ndarray
+    flow_links: LinkMatrix | Sequence[Sequence[int] | np.ndarray],
+    capacity_Bps: np.ndarray,
+    multiplicity: np.ndarray | None = None,
 ) -> np.ndarray:
     """Max-min fair rate (bytes/s) of every flow; a flow that crosses no link gets ``inf``.
+
+    ``multiplicity``: flow f stands for that many identical flows (same links), each of which
+    gets the returned rate; lets symmetric workloads be described once.
 
     Progressive filling: all unfrozen flows grow at one common rate until some link is full;
     the flows crossing a full link freeze at that rate; repeat with what capacity is left.
@@ -57,11 +62,15 @@ def max_min_rates(
         return rates
     flow_of_entry = np.repeat(np.arange(n_flows), np.diff(indptr))
     remaining = capacity.copy()
-    active_count = np.bincount(indices, minlength=n_links).astype(np.float64)
+    if multiplicity is None:
+        entry_weight = np.ones(len(indices))
+    else:
+        entry_weight = np.asarray(multiplicity, dtype=np.float64)[flow_of_entry]
+    active_count = np.bincount(indices, weights=entry_weight, minlength=n_links)
     entry_active = np.ones(len(indices), dtype=bool)
     frozen = np.diff(indptr) == 0  # flows without links stay at inf
     while True:
-        used = active_count > 0
+        used = active_count > 0.5  # counts are whole numbers; float subtraction leaves dust
         if not used.any():
             break
         share = np.full(n_links, np.inf)
@@ -75,7 +84,7 @@ def max_min_rates(
         rates[newly] = level
         frozen |= newly
         leaving = entry_active & newly[flow_of_entry]
-        counts = np.bincount(indices[leaving], minlength=n_links)
+        counts = np.bincount(indices[leaving], weights=entry_weight[leaving], minlength=n_links)
         remaining -= counts * level
         active_count -= counts
         entry_active &= ~leaving

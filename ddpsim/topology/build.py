@@ -74,6 +74,8 @@ class Topology:
         latency_s: per directed link, seconds.
         link_class: per directed link, "intra" or "inter".
         intra_transport: how GPUs of one node talk ("nvlink", "pci", "shm" or "net").
+        nics_per_node: distinct network ports a node's GPUs send through (0 on one node; 1 for
+            custom graphs, whose ports are not known): how many rings NCCL would spread over.
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class Topology:
         router: Callable[[int, int], tuple[int, ...]],
         intra_transport: str,
         description: str,
+        nics_per_node: int = 1,
     ) -> None:
         self.graph = graph
         self.gpu_vertices: tuple[str, ...] = tuple(gpu_vertices)
@@ -97,6 +100,7 @@ class Topology:
         self.link_class: tuple[str, ...] = tuple(links.link_class)
         self.intra_transport = intra_transport
         self.description = description
+        self.nics_per_node = nics_per_node if self.nodes > 1 else 0
         self._links = links
         self._router = router
         self._routes: dict[tuple[int, int], Route] = {}
@@ -167,6 +171,7 @@ class Topology:
             router=self._router,
             intra_transport=self.intra_transport,
             description=self.description,
+            nics_per_node=self.nics_per_node,
         )
         twin._routes = self._routes  # routes depend on structure only, never on capacity
         return twin
@@ -290,18 +295,20 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
                 router.up[base + i], router.down[base + i] = links.add_duplex(
                     _gpu(node, i), hub, intra.bandwidth_Bps, half_latency_s, "intra")
 
+    nics = 0
     if n_nodes > 1:
-        _build_inter(cluster, router, links, vertices, nodes_per_leaf)
+        nics = _build_inter(cluster, router, links, vertices, nodes_per_leaf)
 
     graph = _assemble_graph(vertices, links)
     gpus = [_gpu(rank // g, rank % g) for rank in range(world)]
     description = f"{n_nodes}x{g} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
     return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=g, links=links, router=router,
-                    intra_transport=_INTRA_TRANSPORT[intra.type], description=description)
+                    intra_transport=_INTRA_TRANSPORT[intra.type], description=description, nics_per_node=nics)
 
 
 def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
-                 vertices: dict[str, dict[str, object]], nodes_per_leaf: int) -> None:
+                 vertices: dict[str, dict[str, object]], nodes_per_leaf: int) -> int:
+    """Add NICs, leaves and spine; returns the number of distinct network ports per node."""
     n_nodes, g = cluster.nodes, cluster.gpus_per_node
     inter = cluster.inter_node
     if inter.type not in INTER_NODE_TYPES:
@@ -318,6 +325,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
 
     leaf_names: list[str] = []
     leaf_down_Bps: list[float] = []
+    ports_per_node = g
     if inter.type == "rail-fat-tree":
         # rail i joins GPU i of every node on one leaf: same-rail traffic never climbs to the spine
         for i in range(g):
@@ -332,6 +340,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
         nics = default_nics if inter.nics_per_node is None else inter.nics_per_node
         if not (isinstance(nics, int) and nics >= 1):
             raise ScenarioError(f"expected a whole number >= 1, got {nics!r}", field="cluster.inter_node.nics_per_node")
+        ports_per_node = min(nics, g)
         n_leaves = -(-n_nodes // nodes_per_leaf)
         for leaf in range(n_leaves):
             leaf_names.append(f"leaf{leaf}")
@@ -370,6 +379,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
             up, down = links.add_duplex(name, "spine", down_Bps / inter.oversubscription, 0.0, "inter")
             router.leaf_up.append(up)
             router.leaf_down.append(down)
+    return ports_per_node
 
 
 class _GraphRouter:
