@@ -1,0 +1,287 @@
+"""``ddpsim calibrate`` and ``ddpsim validate``: fit from measurements, then prove the predictions."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+
+from ddpsim.errors import ScenarioError
+
+EXIT_FAILED_VALIDATION = 1
+
+
+def _parse_caps(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ScenarioError(f"expected comma-separated numbers, got {text!r}", field="--calibration-caps") from None
+
+
+def _nccl_tests_arg(spec: str):
+    from ddpsim.measurements import read_nccl_tests
+
+    parts = spec.split(":")
+    if len(parts) not in (3, 4):
+        raise ScenarioError("expected FILE:LINK_CLASS:WORLD_SIZE[:NODES]", field="--nccl-tests", file=spec)
+    try:
+        world, nodes = int(parts[2]), int(parts[3]) if len(parts) == 4 else 1
+    except ValueError:
+        raise ScenarioError("world size and nodes must be integers", field="--nccl-tests", file=spec) from None
+    return read_nccl_tests(parts[0], parts[1], world, nodes)
+
+
+def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ddpsim.calibrate import fit_links, fit_overheads, write_calibration
+    from ddpsim.measurements import find_data_files, read_ddp_runs, read_harness_allreduce
+    from ddpsim.validate import _profiles, in_calibration_subset
+
+    samples = []
+    files = {"allreduce": [], "ddp_runs": [], "profiles": []}
+    if args.data_dir:
+        files = find_data_files(args.data_dir)
+        samples = [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
+    for spec in args.nccl_tests:
+        samples.extend(_nccl_tests_arg(spec))
+    if not samples:
+        raise ScenarioError("no all-reduce measurements found (harness allreduce.jsonl or --nccl-tests)", file=args.data_dir)
+    links = fit_links(samples)
+    subset = {"bucket_cap_mb": _parse_caps(args.calibration_caps)}
+    overheads = {}
+    runs = [r for path in files["ddp_runs"] for r in read_ddp_runs(path) if in_calibration_subset(r, subset)]
+    if runs and not args.links_only:
+        profiles = _profiles(files["profiles"])
+        staging = args.out + ".links.tmp"
+        write_calibration(staging, links, {}, {})
+        try:
+            for transport in sorted({r["transport"] for r in runs}):
+                chosen = [r for r in runs if r["transport"] == transport]
+                link_class = {"nvlink": "nvlink", "shm": "shm", "socket": "socket"}.get(transport, transport)
+                overheads[link_class] = fit_overheads(chosen, profiles, staging)
+                print(f"fitted DDP overheads for {transport} on {len(chosen)} runs", file=sys.stderr)
+        finally:
+            os.remove(staging)
+    meta = {
+        "calibration_subset": subset,
+        "data_dir": os.path.relpath(args.data_dir) if args.data_dir else None,
+        "nccl_tests": list(args.nccl_tests),
+    }
+    write_calibration(args.out, links, overheads, meta)
+    _print_calibration(links, overheads)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+def _print_calibration(links: dict, overheads: dict) -> None:
+    from ddpsim.report.tables import table
+
+    rows = []
+    for link_class, entry in links.items():
+        for protocol, fit in entry["protocol_fits"].items():
+            rows.append(
+                (
+                    link_class,
+                    protocol,
+                    f"{fit['base_latency_s'] * 1e6:.1f}",
+                    f"{fit['hop_latency_s'] * 1e6:.2f}",
+                    f"{fit['bus_bandwidth_Bps'] / 1e9:.1f}",
+                    f"{entry['fit_mean_error_pct']:.1f} / {entry['fit_max_error_pct']:.1f}",
+                )
+            )
+    print("All-reduce fit per link class (NCCL-style: base + 2(n-1) hops + bytes x 2(n-1)/n / busbw)")
+    print(table(("link class", "protocol", "base us", "per-hop us", "busbw GB/s", "fit err mean/max %"), rows))
+    if overheads:
+        print("\nDDP overheads (fitted on the calibration subset only)")
+        rows = [
+            (
+                link_class,
+                f"{o['bucket_launch_s'] * 1e6:.0f}",
+                f"{o['compute_slowdown']:.2f}",
+                str(o["max_inflight_buckets"]),
+                f"{o['calibration_mape_pct']:.1f}",
+                o["calibration_runs"],
+            )
+            for link_class, o in overheads.items()
+        ]
+        print(table(("link class", "launch us/bucket", "compute slowdown", "max in flight", "calib MAPE %", "runs"), rows))
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from ddpsim.report.tables import table
+    from ddpsim.validate import validate
+
+    v = validate(
+        args.data_dir,
+        args.calibration,
+        max_mape_pct=args.max_mape,
+        max_error_pct=args.max_error,
+        max_allreduce_error_pct=args.max_allreduce_error,
+        min_recommendation_share=args.min_recommendation_share,
+    )
+    if args.json:
+        print(json.dumps(_validation_dict(v), indent=2))
+    else:
+        print(_validation_text(v, table))
+    if args.out:
+        _write_validation_dir(v, args.out, table)
+        if not args.json:
+            print(f"\nwrote {args.out}/validation.md, predicted_vs_measured.png, bucket_cap_curves.png")
+    return 0 if v.passed else EXIT_FAILED_VALIDATION
+
+
+def _validation_dict(v) -> dict:
+    return {
+        "passed": v.passed,
+        "failures": v.failures,
+        "fingerprints": v.fingerprints,
+        "calibration_subset": v.calibration_subset,
+        "summary": _summary_rows(v),
+        "runs": [{**r.__dict__, "error_pct": r.error_pct} for r in v.rows],
+        "allreduce": [{**r.__dict__, "error_pct": r.error_pct} for r in v.allreduce],
+        "recommendation": v.recommendation,
+        "layouts_checked": v.layouts_checked,
+        "layout_mismatches": v.layout_mismatches,
+    }
+
+
+def _summary_rows(v) -> list[dict]:
+    out = []
+    for transport, rows in v.by_transport().items():
+        errors = [abs(r.error_pct) for r in rows]
+        ar = [abs(r.error_pct) for r in v.allreduce if r.link_class == transport]
+        out.append(
+            {
+                "transport": transport,
+                "held_out_runs": len(rows),
+                "mape_pct": sum(errors) / len(errors),
+                "max_error_pct": max(errors),
+                "allreduce_max_error_pct": max(ar) if ar else None,
+            }
+        )
+    return out
+
+
+def _validation_text(v, table, markdown: bool = False) -> str:
+    lines = []
+    held = v.held_out()
+    rows = [
+        (
+            r.model,
+            r.transport,
+            r.world_size,
+            f"{r.bucket_cap_mb:g}",
+            f"{r.measured_s * 1e3:.2f}",
+            f"{r.predicted_s * 1e3:.2f}",
+            f"{r.error_pct:+.1f}",
+        )
+        for r in sorted(held, key=lambda r: (r.model, r.transport, r.world_size, r.bucket_cap_mb))
+    ]
+    lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
+    lines.append(table(("model", "transport", "GPUs", "cap MB", "measured ms", "predicted ms", "error %"), rows, markdown))
+    lines.append("")
+    summary = [
+        (
+            s["transport"],
+            s["held_out_runs"],
+            f"{s['mape_pct']:.1f}",
+            f"{s['max_error_pct']:.1f}",
+            "-" if s["allreduce_max_error_pct"] is None else f"{s['allreduce_max_error_pct']:.1f}",
+        )
+        for s in _summary_rows(v)
+    ]
+    lines.append(table(("transport", "runs", "MAPE %", "max error %", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
+    if held:
+        errors = [abs(r.error_pct) for r in held]
+        lines.append(f"\nall held-out runs: MAPE {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
+    if v.recommendation:
+        good = sum(r["within_5pct"] for r in v.recommendation)
+        lines.append(f"bucket-cap recommendation within 5% of the measured best: {good} of {len(v.recommendation)} groups")
+        misses = [r for r in v.recommendation if not r["within_5pct"]]
+        for r in misses:
+            lines.append(
+                f"  miss: {r['model']}/{r['transport']}/w{r['world_size']}: recommended {r['recommended_cap_mb']:g}, "
+                f"best {r['measured_best_cap_mb']:g} ({r['recommended_vs_best_pct']:+.1f}%)"
+            )
+    lines.append(f"bucket layouts: {v.layouts_checked - len(v.layout_mismatches)} of {v.layouts_checked} equal the measured rebuilt layout")
+    for mismatch in v.layout_mismatches[:5]:
+        lines.append(f"  {mismatch}")
+    lines.append("measured on: " + "; ".join(v.fingerprints))
+    lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
+    return "\n".join(lines)
+
+
+def _write_validation_dir(v, out: str, table) -> None:
+    from ddpsim.outdir import atomic_dir
+    from ddpsim.report.plots import scatter_plot
+
+    with atomic_dir(out) as staging:
+        held = v.held_out()
+        if held:
+            scatter_plot(
+                os.path.join(staging, "predicted_vs_measured.png"),
+                [r.measured_s for r in held],
+                [r.predicted_s for r in held],
+                [r.transport for r in held],
+                "ddpsim: held-out DDP runs",
+            )
+        _cap_curves(v, os.path.join(staging, "bucket_cap_curves.png"))
+        with open(os.path.join(staging, "validation.md"), "w", encoding="utf-8") as handle:
+            handle.write("# ddpsim validation\n\n" + _validation_text(v, table, markdown=True) + "\n")
+        with open(os.path.join(staging, "validation.json"), "w", encoding="utf-8") as handle:
+            json.dump(_validation_dict(v), handle, indent=2)
+
+
+def _cap_curves(v, path: str) -> None:
+    from ddpsim.report.plots import _pyplot
+
+    groups = defaultdict(list)
+    for r in v.rows:
+        groups[(r.model, r.transport, r.world_size)].append(r)
+    if not groups:
+        return
+    plt = _pyplot()
+    keys = sorted(groups)
+    cols = 3
+    rows_n = (len(keys) + cols - 1) // cols
+    fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 2.8 * rows_n), squeeze=False)
+    for ax, key in zip(axes.flat, keys, strict=False):
+        rows = sorted(groups[key], key=lambda r: r.bucket_cap_mb)
+        caps = [r.bucket_cap_mb for r in rows]
+        ax.plot(caps, [r.measured_s * 1e3 for r in rows], "o-", label="measured")
+        ax.plot(caps, [r.predicted_s * 1e3 for r in rows], "s--", label="predicted")
+        ax.set_xscale("log")
+        ax.set_title(f"{key[0]} {key[1]} x{key[2]}", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(keys):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.supxlabel("bucket_cap_mb")
+    fig.supylabel("step time (ms)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def register(sub) -> None:
+    cal = sub.add_parser("calibrate", help="fit link and DDP overhead parameters from measurements")
+    cal.add_argument("data_dir", nargs="?", help="folder with the harness's allreduce.jsonl, ddp_runs.jsonl, profiles/")
+    cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
+                     help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
+    cal.add_argument("--calibration-caps", default="5,50",
+                     help="bucket caps (MB) whose DDP runs may be used for fitting; the rest stay held out")
+    cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
+    cal.add_argument("--out", required=True, help="calibration JSON to write")
+    cal.set_defaults(handler=_cmd_calibrate)
+
+    val = sub.add_parser("validate", help="predict held-out measured runs and fail beyond tolerance")
+    val.add_argument("data_dir")
+    val.add_argument("--calibration", required=True)
+    val.add_argument("--max-mape", type=float, default=5.0, help="max mean absolute %% error per transport")
+    val.add_argument("--max-error", type=float, default=15.0, help="max %% error of any held-out run")
+    val.add_argument("--max-allreduce-error", type=float, default=10.0)
+    val.add_argument("--min-recommendation-share", type=float, default=0.9)
+    val.add_argument("--json", action="store_true")
+    val.add_argument("--out", metavar="DIR")
+    val.set_defaults(handler=_cmd_validate)
