@@ -135,3 +135,23 @@ def test_zoo_models_have_plausible_step_times():
     gpt = step_compute(zoo_workload("gpt2-124m", 1, "bf16-amp", 2048 // 2), g)
     assert llama.backward_s > 10 * gpt.backward_s
     assert len(llama.ready_order) == len(set(llama.ready_order)) == 291
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ddpsim.workload.zoo import mlp_workload  # noqa: E402
+
+
+@settings(max_examples=40, deadline=None)
+@given(depth=st.integers(1, 6), width=st.sampled_from([64, 512, 4096]), batch=st.integers(1, 64),
+       eff=st.floats(0.05, 1.0), precision=st.sampled_from(["fp32", "bf16-amp"]))
+def test_more_work_never_runs_faster(depth, width, batch, eff, precision):
+    gpu = get_gpu("A100")
+    base = step_compute(mlp_workload(depth, width, batch, precision), gpu, efficiency=eff)
+    bigger = step_compute(mlp_workload(depth, width, batch + 1, precision), gpu, efficiency=eff)
+    faster_gpu = step_compute(mlp_workload(depth, width, batch, precision), gpu, efficiency=min(1.0, eff * 1.5))
+    assert bigger.forward_s >= base.forward_s and bigger.backward_s >= base.backward_s
+    assert faster_gpu.forward_s <= base.forward_s and faster_gpu.backward_s <= base.backward_s
+    assert len(base.ready_order) == 2 * depth and sorted(base.ready_order) == list(range(2 * depth))
+    assert all(d >= 0 for d, _ in base.backward_segments)

@@ -36,6 +36,10 @@ class GPUSpec:
     memory_efficiency: float = 0.8
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
+    def __hash__(self) -> int:
+        # The peak dict makes the generated hash fail; a GPU is identified by its name (sweep caches).
+        return hash(self.name)
+
     def peak_for(self, precision: str) -> float:
         """Peak FLOP/s for a workload precision: fp32 -> "fp32" (PyTorch's default keeps fp32
         matmuls off TF32), bf16-amp -> "bf16", fp16-amp -> "fp16"."""

@@ -334,6 +334,21 @@ def _mlp(b: _Builder, depth: int, width: int, n_rows: int) -> None:
     b.add("loss", in_elems=n_rows * width, extra_elems=2 * n_rows * width, kernels=3)
 
 
+def mlp_workload(depth: int, width: int, batch_size: int, precision: str = "fp32",
+                 seq_len: int | None = None, name: str | None = None) -> Workload:
+    """A plain MLP of ``depth`` Linear(width, width) layers with ReLU between (the zoo's "mlp" is
+    depth 4, "mlp-heavy" depth 8, both width 4096); rows = batch_size * (seq_len or 1)."""
+    if depth < 1 or width < 1:
+        raise ScenarioError(f"expected depth and width >= 1, got {depth} and {width}", field="workload.model")
+    if precision not in ACTIVATION_BYTES:
+        raise ScenarioError(f"expected one of {', '.join(ACTIVATION_BYTES)}, got {precision!r}",
+                            field="workload.precision")
+    b = _Builder(batch_size, precision)
+    _mlp(b, depth, width, batch_size * (seq_len or 1))
+    label = name or f"mlp-{depth}x{width}"
+    return replace(b.build(label, precision, seq_len), notes=(f"mlp:{depth}x{width}",))
+
+
 def resolve_zoo_name(name: str) -> str:
     """Canonical zoo name, or ScenarioError suggesting the nearest one (field ``workload.model``)."""
     key = name.strip().lower()
