@@ -1,0 +1,124 @@
+"""Every shipped scenario runs; the CLI's --json, --out and --trace contracts; core properties."""
+
+import glob
+import json
+import os
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ddpsim import load_scenario, simulate
+from ddpsim.cli import main
+from ddpsim.scenario.load import scenario_from_dict
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=os.path.basename)
+def test_every_shipped_scenario_runs(path):
+    result = simulate(load_scenario(path))
+    assert result.step_time_s > 0
+    assert result.step_time_s >= result.compute_only_s * (1 - 1e-9)
+    if "llama7b" in path:
+        assert not result.fits_in_memory and any("does not fit" in w for w in result.warnings)
+
+
+def test_json_contract(capsys):
+    assert main(["run", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for key in ("schema_version", "step_time_s", "forward_s", "backward_s", "optimizer_s", "comm_time_s",
+                "exposed_comm_s", "world_size", "algorithm", "buckets"):
+        assert key in data
+    starts = [b["start_s"] for b in data["buckets"]]
+    assert [b["index"] for b in data["buckets"]] == list(range(len(data["buckets"])))
+    assert starts == sorted(starts)
+    for bucket in data["buckets"]:
+        assert {"index", "bytes", "n_params", "ready_s", "start_s", "end_s"} <= set(bucket)
+        assert bucket["ready_s"] <= bucket["start_s"] <= bucket["end_s"]
+
+
+def test_out_and_trace(tmp_path, capsys):
+    out = tmp_path / "report"
+    trace = tmp_path / "step.json"
+    args = ["run", os.path.join(ROOT, "scenarios", "quickstart.yaml"), "--out", str(out), "--trace", str(trace)]
+    assert main(args + ["--set", "cluster.nodes=1"]) == 0
+    assert sorted(os.listdir(out)) == ["result.json", "summary.md", "timeline.png"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    assert {e["pid"] for e in events} == set(range(8))  # every rank of the node
+    assert any(e["name"].startswith("all-reduce") for e in events)
+
+
+def _scenario(bandwidth="100GB/s", nodes=2, gpus_per_node=2, model="mlp", cap=5, nic="100Gbps", mode="detailed"):
+    return scenario_from_dict(
+        {
+            "workload": {"model": model, "batch_size": 8},
+            "cluster": {
+                "gpu": "H100-SXM",
+                "nodes": nodes,
+                "gpus_per_node": gpus_per_node,
+                "intra_node": {"type": "nvswitch", "bandwidth": bandwidth, "latency": "3us"},
+                "inter_node": {"type": "rail-fat-tree", "nic_bandwidth": nic, "latency": "5us"},
+            },
+            "ddp": {"bucket_cap_mb": cap},
+            "simulation": {"mode": mode},
+        }
+    )
+
+
+def test_world_size_one_has_no_communication():
+    result = simulate(_scenario(nodes=1, gpus_per_node=1))
+    assert result.comm_time_s == 0 and result.exposed_comm_s == 0
+    assert result.step_time_s == pytest.approx(result.compute_only_s, rel=1e-12)
+
+
+def test_same_seed_same_result():
+    a = simulate(_scenario()).to_dict()
+    b = simulate(_scenario()).to_dict()
+    a.pop("wall_s"), b.pop("wall_s")
+    assert a == b
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    gbps=st.floats(min_value=1, max_value=900),
+    factor=st.floats(min_value=1.01, max_value=20),
+    nic=st.floats(min_value=10, max_value=800),
+    cap=st.sampled_from([0.5, 1, 5, 25, 100]),
+)
+def test_more_bandwidth_never_slows_a_step(gbps, factor, nic, cap):
+    slow = simulate(_scenario(bandwidth=f"{gbps}GB/s", nic=f"{nic}Gbps", cap=cap, mode="fast"))
+    fast_intra = simulate(_scenario(bandwidth=f"{gbps * factor}GB/s", nic=f"{nic}Gbps", cap=cap, mode="fast"))
+    fast_nic = simulate(_scenario(bandwidth=f"{gbps}GB/s", nic=f"{nic * factor}Gbps", cap=cap, mode="fast"))
+    assert fast_intra.step_time_s <= slow.step_time_s * (1 + 1e-12)
+    assert fast_nic.step_time_s <= slow.step_time_s * (1 + 1e-12)
+    assert slow.step_time_s >= slow.compute_only_s * (1 - 1e-12)
+
+
+def test_detailed_and_fast_modes_agree():
+    for nodes, gpn in ((1, 8), (2, 4), (4, 8)):
+        detailed = simulate(_scenario(nodes=nodes, gpus_per_node=gpn, mode="detailed"))
+        fast = simulate(_scenario(nodes=nodes, gpus_per_node=gpn, mode="fast"))
+        assert fast.step_time_s == pytest.approx(detailed.step_time_s, rel=0.01)
+
+
+def test_gradient_as_bucket_view_removes_copies_and_hooks_halve_bytes():
+    base = _scenario()
+    from dataclasses import replace
+
+    view = replace(base, ddp=replace(base.ddp, gradient_as_bucket_view=True))
+    hooked = replace(base, ddp=replace(base.ddp, comm_hook="bf16"))
+    r_base, r_view, r_hook = simulate(base), simulate(view), simulate(hooked)
+    assert r_view.copy_s == 0 and r_base.copy_s > 0
+    assert sum(b.bytes for b in r_hook.buckets) * 2 == sum(b.bytes for b in r_base.buckets)
+
+
+def test_grad_accumulation_adds_compute_only_micro_steps():
+    from dataclasses import replace
+
+    base = _scenario(nodes=1, gpus_per_node=1)
+    accumulated = replace(base, ddp=replace(base.ddp, grad_accumulation_steps=4))
+    one, four = simulate(base), simulate(accumulated)
+    micro = one.compute_only_s - one.optimizer_s
+    assert four.step_time_s == pytest.approx(one.step_time_s + 3 * micro, rel=1e-9)
