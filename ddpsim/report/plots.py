@@ -108,7 +108,10 @@ def stacked_breakdown(path: str, labels: Sequence[str], parts: dict[str, Sequenc
 def histogram(path: str, values: Sequence[float], title: str) -> None:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.hist([v * 1e3 for v in values], bins=30)
+    values_ms = [v * 1e3 for v in values]
+    spread = max(values_ms) - min(values_ms) if values_ms else 0.0
+    # identical steps (no jitter) differ only by float noise: one bin, not 30 empty ones
+    ax.hist(values_ms, bins=30 if spread > 1e-6 else 1)
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("steps")
     ax.set_title(title)
