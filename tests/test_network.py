@@ -90,6 +90,19 @@ def test_rates_are_reshared_when_flows_start_and_end() -> None:
     assert done == pytest.approx([2.0, 4.0], rel=1e-12)  # the survivor speeds up to the full link
 
 
+def test_grouped_and_counted_flows_match_single_flows() -> None:
+    env = simpy.Environment()
+    net = FlowNetwork(env, [1e9, 1e9])
+    # three identical flows folded into one entry, plus a lone flow on the same first link
+    done = net.transfer_all([([0, 1], 1e6, 1e-6, 3), ([0], 1e6, 1e-6, 1)])
+    env.run(done)
+    assert env.now == pytest.approx(1e-6 + 4 * 1e6 / 1e9, rel=1e-12)
+    assert net.completed_flows == 4
+    assert net.carried_bytes.tolist() == pytest.approx([4e6, 3e6], rel=1e-12)
+    empty = net.transfer_all([])
+    assert empty.triggered
+
+
 def test_empty_and_local_flows_cost_only_latency() -> None:
     done, net = run_flows([1.0], [([0], 0.0, 1e-3, 0.0), ([], 1e9, 2e-3, 0.0)])
     assert done == [1e-3, 2e-3]

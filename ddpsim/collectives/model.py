@@ -153,15 +153,12 @@ class CollectiveModel:
                 hop_s = np.zeros(len(wire_bytes))
                 path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
                 fill_s = float(np.sum(path_s))
+            link_arrays = [np.array(ids, dtype=np.int64) for ids in priced.link_ids]
+            flows = list(zip(link_arrays, wire_bytes.tolist(), hop_s.tolist(), priced.count.tolist(), strict=True))
             for _ in range(priced.phase.repeat):
                 if fill_s > 0:
                     yield env.timeout(fill_s)
-                flows = [
-                    network.transfer(links, float(size), float(latency))
-                    for links, size, latency, count in zip(priced.link_ids, wire_bytes, hop_s, priced.count, strict=True)
-                    for _ in range(count)
-                ]
-                yield env.all_of(flows)
+                yield network.transfer_all(flows)
         return algorithm, protocol
 
     # -- closed form ----------------------------------------------------------------------------

@@ -19,14 +19,25 @@ from ddpsim.network.fairshare import LinkMatrix, max_min_rates
 _DONE_RTOL = 1e-9
 
 
-class _Flow:
-    __slots__ = ("links", "nbytes", "remaining", "done", "finished")
+class _Group:
+    """Flows started together; its event succeeds when the last of them has arrived."""
 
-    def __init__(self, links: np.ndarray, nbytes: float, done: simpy.Event) -> None:
+    __slots__ = ("pending", "done")
+
+    def __init__(self, pending: int, done: simpy.Event) -> None:
+        self.pending = pending
+        self.done = done
+
+
+class _Flow:
+    __slots__ = ("links", "nbytes", "count", "remaining", "group", "finished")
+
+    def __init__(self, links: np.ndarray, nbytes: float, count: int, group: _Group) -> None:
         self.links = links
         self.nbytes = nbytes
+        self.count = count  # identical flows this one stands for (same links, same bytes)
         self.remaining = nbytes
-        self.done = done
+        self.group = group
         self.finished = False
 
 
@@ -62,30 +73,52 @@ class FlowNetwork:
     def active_flows(self) -> int:
         return len(self._flows) + len(self._arrivals)
 
-    def transfer(self, link_ids: Sequence[int] | np.ndarray, nbytes: float, latency_s: float = 0.0) -> simpy.Event:
-        """Start a flow; the returned event succeeds when all ``nbytes`` have arrived."""
-        if nbytes < 0 or latency_s < 0:
-            raise ValueError(f"nbytes and latency_s must be non-negative, got {nbytes}, {latency_s}")
+    def transfer(self, link_ids: Sequence[int] | np.ndarray, nbytes: float, latency_s: float = 0.0,
+                 count: int = 1) -> simpy.Event:
+        """Start a flow (``count`` identical ones); the event succeeds when all bytes have arrived."""
+        return self.transfer_all([(link_ids, nbytes, latency_s, count)])
+
+    def transfer_all(
+        self, flows: Sequence[tuple[Sequence[int] | np.ndarray, float, float, int]]
+    ) -> simpy.Event:
+        """Start flows given as (link_ids, nbytes, latency_s, count); one event for all of them.
+
+        Cheaper than one ``transfer`` each: flows with equal latency share one timer.
+        """
         done = self.env.event()
-        links = np.asarray(link_ids, dtype=np.int64)
-        flow = _Flow(links, float(nbytes), done)
-        wait = self.env.timeout(latency_s)
-        wait.callbacks.append(lambda _event: self._arrive(flow))
+        group = _Group(len(flows), done)
+        by_latency: dict[float, list[_Flow]] = {}
+        for link_ids, nbytes, latency_s, count in flows:
+            if nbytes < 0 or latency_s < 0 or count < 1:
+                raise ValueError(f"need nbytes >= 0, latency_s >= 0, count >= 1; got {nbytes}, {latency_s}, {count}")
+            links = link_ids if isinstance(link_ids, np.ndarray) else np.asarray(link_ids, dtype=np.int64)
+            by_latency.setdefault(float(latency_s), []).append(_Flow(links, float(nbytes), int(count), group))
+        if not flows:
+            done.succeed()
+        for latency_s, batch in by_latency.items():
+            wait = self.env.timeout(latency_s)
+            wait.callbacks.append(lambda _event, batch=batch: self._arrive(batch))
         return done
 
-    def _arrive(self, flow: _Flow) -> None:
-        if flow.nbytes == 0 or len(flow.links) == 0:
-            # nothing to share: a local copy or an empty message costs only its latency
-            self._finish(flow)
-            return
-        self._advance()
-        self._arrivals.append(flow)
-        self._request_update()
+    def _arrive(self, batch: list[_Flow]) -> None:
+        moving = []
+        for flow in batch:
+            if flow.nbytes == 0 or len(flow.links) == 0:
+                # nothing to share: a local copy or an empty message costs only its latency
+                self._finish(flow)
+            else:
+                moving.append(flow)
+        if moving:
+            self._advance()
+            self._arrivals.extend(moving)
+            self._request_update()
 
     def _finish(self, flow: _Flow) -> None:
         flow.finished = True
-        self.completed_flows += 1
-        flow.done.succeed()
+        self.completed_flows += flow.count
+        flow.group.pending -= 1
+        if flow.group.pending == 0:
+            flow.group.done.succeed()
 
     def _advance(self) -> None:
         """Drain every moving flow up to now at the rates in force since the last update."""
@@ -120,10 +153,12 @@ class FlowNetwork:
             self._link_load_Bps = np.zeros(0)
             return
         matrix = LinkMatrix.from_lists([f.links for f in self._flows])
-        self._rates = max_min_rates(matrix, self.capacity_Bps)
+        counts = np.array([f.count for f in self._flows], dtype=np.float64)
+        self._rates = max_min_rates(matrix, self.capacity_Bps, counts)
         self._remaining = np.array([f.remaining for f in self._flows])
         flow_of_entry = np.repeat(np.arange(len(self._flows)), np.diff(matrix.indptr))
-        load = np.bincount(matrix.indices, weights=self._rates[flow_of_entry], minlength=len(self.capacity_Bps))
+        load = np.bincount(matrix.indices, weights=(self._rates * counts)[flow_of_entry],
+                           minlength=len(self.capacity_Bps))
         self._used_links = np.flatnonzero(load > 0)
         self._link_load_Bps = load[self._used_links]
         next_s = float(np.min(np.maximum(self._remaining, 0.0) / self._rates))
