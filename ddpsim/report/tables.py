@@ -8,7 +8,9 @@ from ddpsim.results import Result
 from ddpsim.units import format_bytes, format_time
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]], markdown: bool = False) -> str:
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[object]], markdown: bool = False, numbers_right: bool = True
+) -> str:
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
     if markdown:
@@ -18,8 +20,14 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], markdown: bo
         return "\n".join(lines)
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
-    lines += ["  ".join(c.rjust(w) if i else c.ljust(w) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
+    lines += ["  ".join(_justify(c, w, i if numbers_right else 0) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
     return "\n".join(lines)
+
+
+def _justify(cell: str, width: int, column: int) -> str:
+    # numbers line up on the right, words on the left
+    numeric = column > 0 and cell[:1].isdigit() or cell[:1] in "+-" and cell[1:2].isdigit()
+    return cell.rjust(width) if numeric else cell.ljust(width)
 
 
 def summary_rows(result: Result) -> list[tuple[str, str]]:
@@ -62,7 +70,7 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
 
 
 def summary_table(result: Result, markdown: bool = False) -> str:
-    return table(("quantity", "value"), summary_rows(result), markdown)
+    return table(("quantity", "value"), summary_rows(result), markdown, numbers_right=False)
 
 
 def bucket_table(result: Result, markdown: bool = False, limit: int = 40) -> str:
