@@ -12,8 +12,8 @@ from typing import Any
 import simpy
 
 from ddpsim.ddp.buckets import Bucket, bucket_layout
-from ddpsim.errors import ScenarioError
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
+from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
