@@ -1,0 +1,166 @@
+"""Offline (CPU-only) checks of the validation harness: model structure, nccl-tests writer,
+and the worker's functions on CPU with gloo."""
+import json
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from validation.harness import common, models, worker  # noqa: E402
+
+
+def _n(model):
+    order = models.ddp_param_order(model)
+    return len(order), sum(p.numel() for _, p in order)
+
+
+def test_resnet50_matches_torchvision_counts():
+    m = models.resnet50()
+    n_tensors, n_params = _n(m)
+    assert n_params == 25_557_032  # torchvision.models.resnet50()
+    assert n_tensors == 161
+    names = [n for n, _ in models.ddp_param_order(m)]
+    assert names[:3] == ["conv1.weight", "bn1.weight", "bn1.bias"]
+    assert names[3:13] == ["layer1.0.conv1.weight", "layer1.0.bn1.weight", "layer1.0.bn1.bias",
+                           "layer1.0.conv2.weight", "layer1.0.bn2.weight", "layer1.0.bn2.bias",
+                           "layer1.0.conv3.weight", "layer1.0.bn3.weight", "layer1.0.bn3.bias",
+                           "layer1.0.downsample.0.weight"]
+    assert names[-2:] == ["fc.weight", "fc.bias"]
+    shapes = dict((n, tuple(p.shape)) for n, p in models.ddp_param_order(m))
+    assert shapes["layer2.0.conv2.weight"] == (128, 128, 3, 3)
+    assert shapes["layer4.2.conv3.weight"] == (2048, 512, 1, 1)
+    assert shapes["layer3.0.downsample.0.weight"] == (1024, 512, 1, 1)
+    # BN buffers: running_mean/var fp32 + num_batches_tracked int64 for 53 BNs
+    assert models.buffers_bytes(m) == 212_904
+
+
+def test_gpt2_124m_tied_count_and_names():
+    m = models.gpt2_124m()
+    n_tensors, n_params = _n(m)
+    assert n_params == 124_439_808
+    names = [n for n, _ in models.ddp_param_order(m)]
+    assert names[0] == "wte.weight" and names[1] == "wpe.weight"
+    assert "h.0.attn.c_attn.weight" in names and "h.11.mlp.c_proj.bias" in names
+    assert names[-2:] == ["ln_f.weight", "ln_f.bias"]
+    assert not any(n.startswith("lm_head") for n in names)  # tied: counted once
+    assert m.lm_head.weight is m.wte.weight
+
+
+def test_mlp_heavy_size():
+    _, n_params = _n(models.mlp_heavy())
+    assert n_params == 8 * (4096 * 4096 + 4096)
+
+
+def test_quantile_matches_linear_interpolation():
+    xs = [5.0, 1.0, 3.0, 2.0, 4.0]
+    assert common.median(xs) == 3.0
+    assert common.quantile(xs, 0.1) == pytest.approx(1.4)
+    assert common.quantile(xs, 0.9) == pytest.approx(4.6)
+    assert common.quantile([], 0.5) is None
+
+
+def test_nccl_tests_writer_parseable():
+    rows = []
+    for i, b in enumerate([4096, 8192, 1 << 30]):
+        t = 30.0 + i * 1000.0
+        ab = b / (t * 1e-6) / 1e9
+        rows.append({"bytes": b, "repeats": 5, "time_us_median": t, "time_us_p10": t, "time_us_p90": t,
+                     "algbw_GBps": ab, "busbw_GBps": ab * 2 * 3 / 4})
+    rec = {"schema": "ddpsim.allreduce/1", "fingerprint": {"gpu_name": "X"}, "world_size": 4,
+           "transport": "nvlink", "dtype": "float32", "rows": rows}
+    text = common.nccl_tests_text(rec)
+    parsed = common.parse_nccl_tests_text(text)
+    assert [r["bytes"] for r in parsed] == [4096, 8192, 1 << 30]
+    assert parsed[0]["count"] == 1024 and parsed[0]["type"] == "float" and parsed[0]["redop"] == "sum"
+    assert parsed[2]["time_us"] == pytest.approx(2030.0, rel=1e-3)
+    assert parsed[2]["busbw"] == pytest.approx(rows[2]["busbw_GBps"], rel=1e-2)
+    for line in text.splitlines():
+        if line.strip() and not line.startswith("#"):
+            assert len(line.split()) == 13  # size count type redop root + 2 x (time algbw busbw #wrong)
+
+
+def test_profile_on_cpu():
+    prof = worker.profile_model(models.MODELS["tiny-mlp"], torch.device("cpu"), iters=3, warmup=1)
+    assert prof["schema"] == "ddpsim.profile/1"
+    assert [p["name"] for p in prof["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
+                                                   "4.bias"]
+    assert sorted(p["ready_order"] for p in prof["params"]) == list(range(6))
+    assert prof["params"][-1]["ready_order"] < prof["params"][0]["ready_order"]  # last layer ready first
+    assert all(p["grad_ready_s"] >= 0 for p in prof["params"])
+    assert prof["step_s"] > 0 and prof["iterations"] == 3
+    json.dumps(prof)
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def gloo_world1():
+    import torch.distributed as dist
+
+    if not dist.is_available():
+        pytest.skip("torch.distributed not available")
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
+    dev = torch.device("cpu")
+    rows = worker.allreduce_sweep(dev, 1, quick=True, budget_s=1.0, max_bytes=64 * 1024)
+    assert [r["bytes"] for r in rows] == [4096, 8192, 16384, 32768, 65536]
+    assert all(r["repeats"] >= 3 and r["time_us_median"] > 0 for r in rows)
+    spec = models.MODELS["tiny-mlp"]
+    rec = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=3, nosync_steps=2)
+    assert len(rec["step_times_s"]) == 3 and rec["nosync_step_s_median"] > 0
+    assert rec["bucket_sizes_bytes"] == [sum(p.numel() * 4 for p in spec.build().parameters())]
+    assert sorted(rec["bucket_param_indices"][0]) == list(range(6))
+    rec2 = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=2, nosync_steps=0, comm_hook="timing")
+    pb = rec2["per_bucket"]
+    assert pb and pb[0]["index"] == 0 and pb[0]["end_s"] >= pb[0]["launch_s"]
+    assert sorted(pb[0]["param_indices"]) == list(range(6))
+
+
+def test_plan_configs_priority():
+    cfg = worker.plan_configs(["a", "b"], [1, 5, 10, 25, 50, 200], 25)
+    assert cfg[:4] == [("a", 25, None), ("b", 25, None), ("a", 25, "timing"), ("b", 25, "timing")]
+    assert len(cfg) == 2 * 7
+    assert {c for (_, c, h) in cfg if h is None} == {1, 5, 10, 25, 50, 200}
+
+
+def test_campaign_transport_env():
+    from validation.harness import campaign
+
+    env = campaign.launch_env("socket", ["0", "1"])
+    assert env["NCCL_P2P_DISABLE"] == "1" and env["NCCL_SHM_DISABLE"] == "1"
+    assert env["NCCL_NVLS_ENABLE"] == "0" and env["CUDA_VISIBLE_DEVICES"] == "0,1"
+    env = campaign.launch_env("nvlink", ["0"])
+    assert "NCCL_P2P_DISABLE" not in env and "NCCL_SHM_DISABLE" not in env
+
+
+def test_committed_data_schema():
+    here = os.path.join(os.path.dirname(__file__), "..", "validation", "data")
+    if not os.path.isdir(here):
+        pytest.skip("no data")
+    for d in os.listdir(here):
+        p = os.path.join(here, d, "profiles")
+        if not os.path.isdir(p):
+            continue
+        for fn in os.listdir(p):
+            prof = json.load(open(os.path.join(p, fn)))
+            assert prof["schema"] == "ddpsim.profile/1"
+            assert prof["iterations"] >= 10
+            assert sorted(x["ready_order"] for x in prof["params"]) == list(range(len(prof["params"])))
+        for line in open(os.path.join(here, d, "ddp_runs.jsonl")):
+            r = json.loads(line)
+            assert r["schema"] == "ddpsim.ddp_run/1" and r["status"] in ("ok", "failed", "skipped")
+            if r["status"] == "ok":
+                assert sum(r["bucket_sizes_bytes"]) == r["param_bytes"]

@@ -1,0 +1,1 @@
+"""ddpsim validation: harness that measures real DDP runs, and the data it produced."""

@@ -1,0 +1,212 @@
+"""Shared helpers: fingerprint, timers (CUDA events or CPU fallback), statistics, JSONL output,
+nccl-tests text writer.  Standard library + torch only."""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+from typing import Dict, List, Optional
+
+import torch
+
+
+# ----------------------------------------------------------------------------- statistics
+def quantile(xs: List[float], q: float) -> Optional[float]:
+    """Linear-interpolated quantile (same as numpy's default)."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    pos = (len(s) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median(xs):
+    return quantile(xs, 0.5)
+
+
+# ----------------------------------------------------------------------------- timers
+class Marker:
+    """A point in time on the compute stream: a CUDA event on GPU, perf_counter on CPU."""
+
+    __slots__ = ("ev", "t")
+
+    def __init__(self, device: torch.device):
+        if device.type == "cuda":
+            self.ev = torch.cuda.Event(enable_timing=True)
+        else:
+            self.ev = None
+        self.t = None
+
+    def record(self, stream=None):
+        if self.ev is not None:
+            if stream is None:
+                self.ev.record()
+            else:
+                self.ev.record(stream)
+        else:
+            self.t = time.perf_counter()
+        return self
+
+    def seconds_since(self, start: "Marker") -> float:
+        """Seconds from start to self (call after synchronize)."""
+        if self.ev is not None:
+            return start.ev.elapsed_time(self.ev) / 1e3
+        return self.t - start.t
+
+
+def synchronize(device: torch.device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+# ----------------------------------------------------------------------------- fingerprint
+_DRIVER_CACHE = None
+
+
+def _nvidia_smi():
+    global _DRIVER_CACHE
+    if _DRIVER_CACHE is None:
+        try:
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
+                capture_output=True, text=True, timeout=20,
+            ).stdout.strip().splitlines()
+            out = [l for l in out if l.strip()]
+            _DRIVER_CACHE = (out[0].split(",")[0].strip() if out else "unknown", len(out))
+        except Exception:
+            _DRIVER_CACHE = ("unknown", 0)
+    return _DRIVER_CACHE
+
+
+def hostname_count() -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        names = [None] * dist.get_world_size()
+        dist.all_gather_object(names, socket.gethostname())
+        return len(set(names))
+    return 1
+
+
+def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: int = 1) -> Dict:
+    driver, smi_count = _nvidia_smi()
+    if device.type == "cuda":
+        gpu_name = torch.cuda.get_device_name(device)
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:
+            nccl = "unknown"
+    else:
+        gpu_name, nccl = "cpu", "none"
+    gpus_on_host = int(os.environ.get("DDPSIM_GPUS_ON_HOST", "0")) or smi_count or (
+        torch.cuda.device_count() if torch.cuda.is_available() else 0)
+    return {
+        "gpu_name": gpu_name,
+        "gpu_count": world_size,
+        "gpus_on_host": gpus_on_host,
+        "driver": driver,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "nccl": nccl,
+        "transport": transport,
+        "nccl_algo": os.environ.get("NCCL_ALGO", "auto"),
+        "nccl_proto": os.environ.get("NCCL_PROTO", "auto"),
+        "nccl_env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("NCCL_")},
+        "hostname_count": n_hosts,
+        "timestamp": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        # extra context (not required by the schema)
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
+        "cudnn_tf32": bool(torch.backends.cudnn.allow_tf32),
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+    }
+
+
+# ----------------------------------------------------------------------------- output
+def append_jsonl(path: str, obj: Dict):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(obj, sort_keys=False) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def write_json(path: str, obj: Dict):
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def read_jsonl(path: str) -> List[Dict]:
+    out = []
+    if not os.path.exists(path):
+        return out
+    with open(path) as f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                pass  # a line cut by a kill
+    return out
+
+
+def nccl_tests_text(rec: Dict) -> str:
+    """Render an allreduce record in nccl-tests ``all_reduce_perf`` layout."""
+    fp = rec.get("fingerprint", {})
+    rows = rec.get("rows", [])
+    W = rec.get("world_size", 0)
+    lines = []
+    minb = rows[0]["bytes"] if rows else 0
+    maxb = rows[-1]["bytes"] if rows else 0
+    lines.append("# nThread 1 nGpus 1 minBytes %d maxBytes %d step: 2(factor) warmup iters: %s iters: %s "
+                 "agg iters: 1 validation: 0 graph: 0" % (minb, maxb, rec.get("warmup", "var"), "var"))
+    lines.append("#")
+    lines.append("# ddpsim harness: torch.distributed.all_reduce (SUM, float32), one call per timing, CUDA events "
+                 "around each call; time = median over repeats (see allreduce.jsonl for p10/p90 and repeats).")
+    lines.append("# The in-place and out-of-place columns hold the SAME measured numbers (PyTorch all_reduce is "
+                 "in-place only); #wrong is N/A (no data check).")
+    lines.append("# transport %s world_size %d gpu %s nccl %s torch %s launch %s" % (
+        rec.get("transport"), W, fp.get("gpu_name"), fp.get("nccl"), fp.get("torch"), rec.get("launch_id")))
+    lines.append("#")
+    lines.append("# Using devices")
+    for r in range(W):
+        lines.append("#  Rank %2d Group  0 Pid      0 on %10s device %2d [0x00] %s" % (r, "host", r, fp.get("gpu_name")))
+    lines.append("#")
+    lines.append("#                                                              out-of-place                       in-place          ")
+    lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong")
+    lines.append("#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)       ")
+    bus = []
+    for row in rows:
+        t = row["time_us_median"]
+        ab, bb = row["algbw_GBps"], row["busbw_GBps"]
+        bus.append(bb)
+        half = "%8.2f  %6.2f  %6.2f  %5s" % (t, ab, bb, "N/A")
+        lines.append("%12d  %12d  %8s  %6s  %6d  %s  %s" % (row["bytes"], row["bytes"] // 4, "float", "sum", -1, half, half))
+    lines.append("# Out of bounds values : 0 OK")
+    lines.append("# Avg bus bandwidth    : %g " % (sum(bus) / len(bus) if bus else 0.0))
+    lines.append("#")
+    return "\n".join(lines) + "\n"
+
+
+def parse_nccl_tests_text(text: str) -> List[Dict]:
+    """Minimal parser of all_reduce_perf output rows (used by tests; tolerant of N/A)."""
+    rows = []
+    for line in text.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        f = line.split()
+        if len(f) < 9:
+            continue
+        rows.append({"bytes": int(f[0]), "count": int(f[1]), "type": f[2], "redop": f[3],
+                     "time_us": float(f[5]), "algbw": float(f[6]), "busbw": float(f[7])})
+    return rows

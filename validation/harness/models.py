@@ -1,0 +1,245 @@
+"""Plain-torch benchmark models (no torchvision, no transformers).
+
+Each model is described by a ModelSpec: how to build it, the synthetic batch, the loss,
+the optimizer, the precision.  Parameter names/shapes/registration order follow the
+reference implementations (torchvision resnet50, HF GPT-2) so DDP bucket layouts match.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ----------------------------------------------------------------------------- ResNet-50
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None):
+        super().__init__()
+        width = planes
+        # Registration order as torchvision: conv1, bn1, conv2, bn2, conv3, bn3, relu, downsample
+        self.conv1 = nn.Conv2d(inplanes, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, planes * self.expansion, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(planes * self.expansion)
+        self.relu = nn.ReLU(inplace=True)
+        self.downsample = downsample
+        self.stride = stride
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+class ResNet(nn.Module):
+    """torchvision.models.resnet50 parameter structure (v1.5: stride on the 3x3 conv)."""
+
+    def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
+        super().__init__()
+        self.inplanes = 64
+        self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(64, layers[0])
+        self.layer2 = self._make_layer(128, layers[1], stride=2)
+        self.layer3 = self._make_layer(256, layers[2], stride=2)
+        self.layer4 = self._make_layer(512, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(512 * Bottleneck.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+    def _make_layer(self, planes, blocks, stride=1):
+        downsample = None
+        if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
+            downsample = nn.Sequential(
+                nn.Conv2d(self.inplanes, planes * Bottleneck.expansion, 1, stride=stride, bias=False),
+                nn.BatchNorm2d(planes * Bottleneck.expansion),
+            )
+        layers = [Bottleneck(self.inplanes, planes, stride, downsample)]
+        self.inplanes = planes * Bottleneck.expansion
+        for _ in range(1, blocks):
+            layers.append(Bottleneck(self.inplanes, planes))
+        return nn.Sequential(*layers)
+
+    def forward(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
+        x = torch.flatten(self.avgpool(x), 1)
+        return self.fc(x)
+
+
+def resnet50():
+    return ResNet((3, 4, 6, 3))
+
+
+# ----------------------------------------------------------------------------- GPT-2
+class Attention(nn.Module):
+    def __init__(self, d, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.c_attn = nn.Linear(d, 3 * d)
+        self.c_proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.c_proj(y)
+
+
+class MLP(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.c_fc = nn.Linear(d, 4 * d)
+        self.c_proj = nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, d, n_head):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(d)
+        self.attn = Attention(d, n_head)
+        self.ln_2 = nn.LayerNorm(d)
+        self.mlp = MLP(d)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln_1(x))
+        return x + self.mlp(self.ln_2(x))
+
+
+class GPT(nn.Module):
+    """GPT-2 small class: names wte, wpe, h.{i}.(ln_1|attn.c_attn|attn.c_proj|ln_2|mlp.c_fc|mlp.c_proj), ln_f;
+    lm_head tied to wte (counted once by DDP)."""
+
+    def __init__(self, n_layer=12, d=768, n_head=12, vocab=50257, n_positions=1024):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, d)
+        self.wpe = nn.Embedding(n_positions, d)
+        self.h = nn.ModuleList([Block(d, n_head) for _ in range(n_layer)])
+        self.ln_f = nn.LayerNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.wte.weight
+        for name, p in self.named_parameters():
+            if name.endswith("weight") and p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.wte(idx) + self.wpe(pos)
+        for blk in self.h:
+            x = blk(x)
+        return self.lm_head(self.ln_f(x))
+
+
+def gpt2_124m():
+    return GPT()
+
+
+# ----------------------------------------------------------------------------- MLP-heavy
+def mlp_heavy(width=4096, depth=8):
+    mods = []
+    for i in range(depth):
+        mods.append(nn.Linear(width, width))
+        if i < depth - 1:
+            mods.append(nn.ReLU())
+    return nn.Sequential(*mods)
+
+
+def tiny_mlp():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
+
+
+# ----------------------------------------------------------------------------- specs
+@dataclass
+class ModelSpec:
+    name: str
+    build: Callable[[], nn.Module]
+    batch_size: int
+    precision: str  # "fp32" | "bf16-amp"
+    seq_len: Optional[int]
+    optimizer: str  # "sgd" | "adamw"
+    kind: str  # "cnn" | "gpt" | "mlp"
+    in_shape: tuple = ()
+    num_classes: int = 0
+    vocab: int = 0
+
+    def make_batch(self, device, seed=1234):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        if self.kind == "gpt":
+            tok = torch.randint(0, self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
+            tok = tok.to(device)
+            return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        x = torch.randn((self.batch_size,) + tuple(self.in_shape), generator=g).to(device)
+        y = torch.randint(0, self.num_classes, (self.batch_size,), generator=g).to(device)
+        return x, y
+
+    def loss(self, model, batch):
+        x, y = batch
+        if self.precision == "bf16-amp":
+            dev_type = x.device.type
+            with torch.autocast(device_type=dev_type, dtype=torch.bfloat16):
+                out = model(x)
+                return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+        out = model(x)
+        return F.cross_entropy(out, y)
+
+    def make_optimizer(self, params):
+        if self.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+MODELS = {
+    "resnet50": ModelSpec("resnet50", resnet50, 64, "fp32", None, "sgd", "cnn", (3, 224, 224), 1000),
+    "gpt2-124m": ModelSpec("gpt2-124m", gpt2_124m, 8, "bf16-amp", 512, "adamw", "gpt", vocab=50257),
+    "mlp-heavy": ModelSpec("mlp-heavy", mlp_heavy, 32, "fp32", None, "sgd", "mlp", (4096,), 4096),
+    # for offline tests / smoke runs
+    "tiny-mlp": ModelSpec("tiny-mlp", tiny_mlp, 4, "fp32", None, "sgd", "mlp", (16,), 8),
+}
+
+
+def ddp_param_order(model: nn.Module):
+    """(name, param) in DDP's registration order: named_modules() walk, each module's own
+    parameters (recurse=False), requires_grad only, shared parameters once."""
+    seen = set()
+    out = []
+    for mname, mod in model.named_modules():
+        for pname, p in mod.named_parameters(recurse=False):
+            if not p.requires_grad or id(p) in seen:
+                continue
+            seen.add(id(p))
+            out.append(((mname + "." + pname) if mname else pname, p))
+    return out
+
+
+def buffers_bytes(model: nn.Module) -> int:
+    return sum(b.numel() * b.element_size() for b in model.buffers())
