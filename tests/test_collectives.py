@@ -98,6 +98,21 @@ def test_fast_and_detailed_agree_under_contention() -> None:
     assert shared > model.closed_form_s(25e6, "hierarchical")
 
 
+def test_link_bytes_match_the_detailed_network() -> None:
+    topo = build_topology(cluster(2, 4, nic_Bps=25e9))
+    model = CollectiveModel(topo)
+    for algorithm in ALGORITHMS:
+        env = simpy.Environment()
+        network = FlowNetwork(env, topo.capacity_Bps)
+        env.process(model.allreduce_process(env, network, 8e6, algorithm, "ll128"))
+        env.run()
+        assert model.link_bytes(8e6, algorithm, "ll128") == pytest.approx(network.carried_bytes, rel=1e-9, abs=1e-3)
+    # a ring moves 2(n-1)/n of the message out of every rank
+    ring = model.link_bytes(8e6, "ring", "simple")
+    out_of_rank0 = sum(ring[i] for i in range(topo.n_links) if topo.link_endpoints(i)[0] == "n0.g0")
+    assert out_of_rank0 == pytest.approx(2 * 7 / 8 * 8e6, rel=1e-12)
+
+
 def test_oversubscribed_spine_slows_the_ring_by_the_factor() -> None:
     # fast NVLink, no latency, one NIC per node: the ring's inter-node hop is the bottleneck,
     # and it crosses the spine, whose uplinks carry 1/oversubscription of the NIC rate

@@ -121,6 +121,19 @@ class CollectiveModel:
         time_s = self.allreduce_time_s(nbytes, algorithm, protocol)
         return 0.0 if time_s == 0 else nbytes / time_s * 2 * (n - 1) / n
 
+    def link_bytes(self, nbytes: float, algorithm: str, protocol: str = "simple") -> np.ndarray:
+        """Bytes each directed link carries during one all-reduce (wire bytes, protocol included)."""
+        _check_protocol(protocol)
+        carried = np.zeros(self.topology.n_links)
+        _, _, efficiency = self._protocol_coefficients(_check_algorithm(algorithm), protocol)
+        for priced in self._structure(algorithm):
+            matrix = LinkMatrix.from_lists(priced.link_ids)
+            per_flow = priced.fraction * nbytes * priced.count / efficiency[priced.transport]
+            flow_of_entry = np.repeat(np.arange(len(per_flow)), np.diff(matrix.indptr))
+            carried += priced.phase.repeat * np.bincount(matrix.indices, weights=per_flow[flow_of_entry],
+                                                         minlength=len(carried))
+        return carried
+
     # -- DETAILED mode --------------------------------------------------------------------------
     def allreduce_process(
         self,
