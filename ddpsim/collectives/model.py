@@ -110,7 +110,7 @@ class CollectiveModel:
             else:
                 assert priced.path_transport is not None
                 path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
-                phase_s = float(np.sum(path_s)) + float(np.max(transfer_s))
+                phase_s = float(np.sum(path_s)) / priced.phase.repeat + float(np.max(transfer_s))
             total_s += priced.phase.repeat * phase_s
         self._times[key] = total_s
         return total_s
@@ -165,7 +165,7 @@ class CollectiveModel:
                 assert priced.path_transport is not None
                 hop_s = np.zeros(len(wire_bytes))
                 path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
-                fill_s = float(np.sum(path_s))
+                fill_s = float(np.sum(path_s)) / priced.phase.repeat  # spread over the repetitions
             link_arrays = [np.array(ids, dtype=np.int64) for ids in priced.link_ids]
             flows = list(zip(link_arrays, wire_bytes.tolist(), hop_s.tolist(), priced.count.tolist(), strict=True))
             for _ in range(priced.phase.repeat):
@@ -295,9 +295,11 @@ def closed_form_s(
     up-link and one down-link per GPU, as NVSwitch and PCIe), else over direct links. Every GPU
     is assumed to have its own network port.
 
-    ring, one channel: 2(n-1)·α + 2(n-1)/n·S/B (the slower hop class sets each step). With c
-      channels each step moves S/(n·c) per flow and a GPU's link carries u flows (u = c, or c-1
-      when every GPU is some channel's exit): 2(n-1)·max(α_intra + u·S/(nc)/B_intra, α_inter + S/(nc)/B_inter).
+    ring, one channel, uniform links: 2(n-1)·α + 2(n-1)/n·S/B. In general the pipelined latency
+      is (2(n-1)-k)·α_intra + k·α_inter with k = 1 + (2(n-1)-1)//g inter-node hops in a chunk's
+      path (0 on one node), and with c channels each step moves S/(n·c) per flow with u flows on
+      a GPU's link (u = c, or c-1 when every GPU is some channel's exit):
+      + 2(n-1)·max(u·S/(nc)/B_intra, S/(nc)/B_inter).
     tree: one pipelined phase: 2·((g-1)·α_intra + D·α_inter) + S/(2c)·max(u/B_intra, v/B_inter),
       D the depth of the deeper of NCCL's two trees over the nodes, u the most S/(2c) flows one
       intra-node link carries (a mid-chain GPU on a switch sends up and down for both trees: 4 per
@@ -331,14 +333,14 @@ def closed_form_s(
     if algorithm == "ring":
         local, across = ring_pairs(g, channels, nodes)
         chunk = nbytes / (n_ranks * channels)
-        hops = []
+        transfers = []
         if local:
-            hops.append((intra_s, most_flows(local, intra_switched) * chunk / intra_Bps))
+            transfers.append(most_flows(local, intra_switched) * chunk / intra_Bps)
         if across:
-            hops.append((inter_s, most_flows(across, True) * chunk / inter_Bps))
-        alpha, transfer = max(hops, key=lambda h: h[0] + h[1])
+            transfers.append(most_flows(across, True) * chunk / inter_Bps)
         steps = 2 * (n_ranks - 1)
-        return steps * alpha + steps * transfer
+        inter_hops = 1 + (steps - 1) // g if nodes > 1 else 0
+        return (steps - inter_hops) * intra_s + inter_hops * inter_s + steps * max(transfers)
     if algorithm == "tree":
         intra_flows = most_flows(tree_local_pairs(g, channels), intra_switched or g == 2)
         inter_flows = 0

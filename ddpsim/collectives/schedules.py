@@ -4,9 +4,12 @@ Ranks are numbered node-major (rank = node * gpus_per_node + local index), so NC
 (ranks of a node contiguous, nodes in order) is simply rank order.
 
 Latency accounting: a phase without ``latency_path`` is a synchronous step; every transfer pays its
-own hop latency and the step ends with the slowest transfer. A phase with ``latency_path`` is a
-pipelined pattern (the tree): all its transfers stream concurrently, and the pipeline's fill and
-drain cost the summed hop latencies along ``latency_path`` once, instead of per transfer.
+own hop latency and the step ends with the slowest transfer. A phase with ``latency_path`` is
+pipelined: its bandwidth cost is ``repeat`` x its slowest transfer, and its latency is the summed
+hop latencies along ``latency_path`` once for all repetitions. The tree streams every edge at once
+(path: up the deepest branch and back down); the ring's steps overlap in NCCL's chunked pipeline,
+so a chunk's 2(n-1) hops, not 2(n-1) times the slowest hop, set its latency (NCCL's own model:
+2(n-1) hops of which about 2N cross nodes).
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ class Transfer(NamedTuple):
 class Phase:
     """Transfers that run concurrently; ``repeat`` identical phases follow one another.
 
-    latency_path: for pipelined phases, the (src, dst) hops whose latencies add up to the phase's
-    latency; None for synchronous steps (see the module docstring).
+    latency_path: for pipelined phases, the (src, dst) hops whose latencies add up to the latency
+    of all ``repeat`` repetitions together; None for synchronous steps (see the module docstring).
     """
 
     transfers: tuple[Transfer, ...]
@@ -88,7 +91,12 @@ def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels:
         base, succ = node * g, ((node + 1) % n_nodes) * g
         step.extend(Transfer(base + a, base + b, chunk, m) for (a, b), m in local.items() if a != b)
         step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
-    return [Phase(tuple(step), repeat=2 * (n_ranks - 1), label="ring reduce-scatter + all-gather")]
+    # the latency critical path: 2(n-1) consecutive hops of channel 0 (rank order), starting on an
+    # inter-node hop so that the window holds the most of them
+    steps = 2 * (n_ranks - 1)
+    start = g - 1 if n_nodes > 1 else 0
+    path = tuple(((start + k) % n_ranks, (start + k + 1) % n_ranks) for k in range(steps))
+    return [Phase(tuple(step), repeat=steps, latency_path=path, label="ring reduce-scatter + all-gather")]
 
 
 def btree_parents(n: int) -> list[int]:
