@@ -2,13 +2,7 @@
 
 from ddpsim.results import Result
 from ddpsim.scenario import Scenario, load_scenario
+from ddpsim.simulation import simulate
 
 __version__ = "0.1.0"
 __all__ = ["Result", "Scenario", "load_scenario", "simulate"]
-
-
-def simulate(scenario: Scenario) -> Result:
-    """Simulate the scenario's steady-state DDP step (see ``ddpsim.simulate.simulate``)."""
-    from ddpsim.simulate import simulate as _simulate
-
-    return _simulate(scenario)

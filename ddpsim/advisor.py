@@ -85,14 +85,14 @@ class _Evaluator:
     """Simulates DDP variants of one prepared scenario, each distinct bucket layout once."""
 
     def __init__(self, scenario: Scenario) -> None:
-        from ddpsim.simulate import prepare
+        from ddpsim.simulation import prepare
 
         self.prepared = prepare(scenario)
         self.base = self.prepared.scenario  # after calibration, which prepare() applied
         self._cache: dict[Any, Result] = {}
 
     def run(self, ddp: DDPSpec) -> Result:
-        from ddpsim.simulate import simulate
+        from ddpsim.simulation import simulate
 
         prep = self.prepared
         buckets = tuple(bucket_layout(prep.workload.params, prep.compute.ready_order, ddp))

@@ -37,33 +37,38 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     if len(used) < 3:
         raise ScenarioError("fewer than three all-reduce sizes to fit", file=samples[0].source if samples else None)
     link_class = used[0].link_class
-    fits = fit_protocols([s.bytes for s in used], [s.world_size for s in used], [s.time_s for s in used])
-    simple = fits.get("simple") or max(fits.values(), key=lambda f: f.busbw_Bps)
+    fits = fit_protocols([s.bytes for s in used], [s.world_size for s in used], [s.time_s for s in used], with_floor=True)
+    floor_s = fits.pop("floor").base_s
+    chosen = {envelope_s(fits, s.bytes, s.world_size)[1] for s in used}
+    reference_Bps = max(fits[p].busbw_Bps for p in chosen)
     transport = TRANSPORT_OF_LINK_CLASS.get(link_class, link_class)
     base, hops, efficiency = {}, {}, {}
     for protocol in PROTOCOL_NAMES:
-        fit = fits.get(protocol)
-        if fit is None:
-            # a protocol never fastest in the data: keep it out of NCCL's choice
+        fit = fits[protocol]
+        if protocol not in chosen:
+            # never the fastest on the measured sizes: keep it out of NCCL-like choice
             base[protocol], hops[protocol], efficiency[protocol] = 1.0, 1.0, 1e-3
             continue
         base[protocol], hops[protocol] = fit.base_s, fit.hop_s
-        efficiency[protocol] = min(1.0, fit.busbw_Bps / simple.busbw_Bps)
+        efficiency[protocol] = min(1.0, fit.busbw_Bps / reference_Bps)
     table = ProtocolTable(
         base_latency_s={(family, p): base[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
         hop_latency_s={(transport, family, p): hops[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
         transport_efficiency={(transport, p): efficiency[p] for p in PROTOCOL_NAMES},
         hop_latency_mode="absolute",
     )
-    errors = [abs(envelope_s(fits, s.bytes, s.world_size)[0] / s.time_s - 1) * 100 for s in used]
+    errors = [abs(envelope_s(fits, s.bytes, s.world_size, floor_s)[0] / s.time_s - 1) * 100 for s in used]
     return {
-        "bandwidth_Bps": simple.busbw_Bps,
-        "latency_s": simple.hop_s,
+        "bandwidth_Bps": reference_Bps,
+        "latency_s": min(hops[p] for p in chosen),
         # NCCL runs rings inside one node (its tree is slower there); the fit is of rings
         "algorithm": "ring",
+        # a single call never completes faster than this (the launch path, timed from the host)
+        "call_floor_s": floor_s,
         "protocol_table": table.to_dict(),
         "protocol_fits": {
-            p: {"base_latency_s": f.base_s, "hop_latency_s": f.hop_s, "bus_bandwidth_Bps": f.busbw_Bps}
+            p: {"base_latency_s": f.base_s, "hop_latency_s": f.hop_s, "bus_bandwidth_Bps": f.busbw_Bps,
+                "selected": p in chosen}
             for p, f in fits.items()
         },
         "samples": len(used),
@@ -78,7 +83,18 @@ def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
     by_class: dict[str, list[AllReduceSample]] = defaultdict(list)
     for sample in samples:
         by_class[sample.link_class].append(sample)
-    return {link_class: fit_link_class(group) for link_class, group in sorted(by_class.items())}
+    fitted = {}
+    for link_class, group in sorted(by_class.items()):
+        entry = fit_link_class(group)
+        worlds = sorted({s.world_size for s in group})
+        if len(worlds) > 1:
+            # NCCL's bandwidth on one host does not always follow 2(n-1)/n (shared host memory,
+            # sockets): a fit per measured world size is used where the scenario matches it
+            entry["by_world_size"] = {
+                str(w): fit_link_class([s for s in group if s.world_size == w]) for w in worlds
+            }
+        fitted[link_class] = entry
+    return fitted
 
 
 def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -100,7 +116,7 @@ def fit_overheads(
 ) -> dict[str, Any]:
     """Coordinate descent over the overhead grids, minimising mean absolute % error on ``runs``."""
     from ddpsim.measured_scenarios import run_scenario
-    from ddpsim.simulate import simulate
+    from ddpsim.simulation import simulate
 
     runs = [r for r in runs if r["model"] in profiles]
     if not runs:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from ddpsim.errors import ScenarioError
@@ -40,6 +40,16 @@ def read_calibration(path: str) -> dict[str, Any]:
     return data
 
 
+def link_entry(data: dict[str, Any], link_class: str, world_size: int, nodes: int) -> dict[str, Any] | None:
+    """The fit for a link class, the one of this exact world size where it was measured on one node."""
+    fitted = data["link_classes"].get(link_class)
+    if fitted is None:
+        return None
+    if nodes == 1:
+        return fitted.get("by_world_size", {}).get(str(world_size), fitted)
+    return fitted
+
+
 def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
     """Return the scenario with calibrated link and overhead values, and the protocol table (or None)."""
     if scenario.calibration_path is None:
@@ -49,7 +59,7 @@ def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
         path = os.path.join(scenario.base_dir, path)
     data = read_calibration(path)
     link_class = LINK_CLASS_OF_INTRA_TYPE[scenario.cluster.intra_node.type]
-    fitted = data["link_classes"].get(link_class)
+    fitted = link_entry(data, link_class, scenario.cluster.world_size, scenario.cluster.nodes)
     if fitted is None:
         known = ", ".join(sorted(data["link_classes"]))
         raise ScenarioError(
@@ -63,12 +73,9 @@ def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
     overheads = scenario.overheads
     fitted_overheads = data.get("overheads", {}).get(link_class)
     if fitted_overheads:
-        overheads = OverheadSpec(
-            bucket_launch_s=float(fitted_overheads.get("bucket_launch_s", overheads.bucket_launch_s)),
-            copy_bandwidth_Bps=fitted_overheads.get("copy_bandwidth_Bps", overheads.copy_bandwidth_Bps),
-            compute_slowdown=float(fitted_overheads.get("compute_slowdown", overheads.compute_slowdown)),
-            max_inflight_buckets=fitted_overheads.get("max_inflight_buckets", overheads.max_inflight_buckets),
-        )
+        fitted_overheads = fitted_overheads.get("by_world_size", {}).get(str(scenario.cluster.world_size), fitted_overheads)
+        known = {f.name for f in fields(OverheadSpec)}
+        overheads = replace(overheads, **{k: v for k, v in fitted_overheads.items() if k in known})
     cluster = replace(scenario.cluster, intra_node=intra)
     collective = scenario.collective
     if collective.algorithm == "auto" and fitted.get("algorithm") and scenario.cluster.nodes == 1:

@@ -24,7 +24,7 @@ def _add_scenario_args(parser: argparse.ArgumentParser) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.report.tables import bucket_table, summary_table
     from ddpsim.scenario import load_scenario
-    from ddpsim.simulate import simulate
+    from ddpsim.simulation import simulate
 
     result = simulate(load_scenario(args.scenario, args.overrides))
     if args.trace:

@@ -1,23 +1,29 @@
 """Fit NCCL-style all-reduce cost curves to measured times.
 
 For one link class and protocol p, a ring all-reduce of S bytes on n GPUs costs
-    T = base_p + steps(n) * hop_p + S * 2(n-1)/n / busbw_p,      steps(n) = 2(n-1),
-which is linear in (base_p, hop_p, 1/busbw_p). NCCL runs whichever protocol is fastest, so the
-measured curve is the lower envelope of three such lines. The fit alternates: assign each sample
-to the protocol predicting the lowest time, then refit each protocol by least squares on relative
-error (so 4 KiB and 1 GiB weigh the same).
+    T_p = base_p + steps(n) * hop_p + S * 2(n-1)/n / busbw_p,      steps(n) = 2(n-1),
+and NCCL runs whichever protocol is fastest, so the kernel time is the lower envelope min_p T_p.
+A call timed from the host side never takes less than a fixed floor (PyTorch's and NCCL's launch
+path, a few tens of microseconds), so the measured curve is max(floor, min_p T_p). The fit
+minimises the squared log error of that curve (4 KiB and 1 GiB weigh the same) over the ten
+parameters, in log space so every parameter stays positive, with Nelder-Mead
+started from per-size-range linear fits and restarted from its own best until it stops improving.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
-# where NCCL usually switches protocol on one node; only the starting point of the fit
+# size ranges where NCCL usually runs each protocol: only the starting point of the fit
 _INITIAL_SPLIT_BYTES = (64 * 1024, 4 * 1024 * 1024)
+_FLOOR_S = 1e-9  # smallest latency the fit may use (log space needs a positive number)
+# bounds of (base s, hop s, s per byte): 1 ns .. 1 s latencies, 100 kB/s .. 100 TB/s bandwidths
+_LOG_LOW = np.log(np.array([1e-9, 1e-9, 1e-14]))
+_LOG_HIGH = np.log(np.array([1.0, 1.0, 1e-5]))
 
 
 @dataclass(frozen=True)
@@ -31,60 +37,123 @@ class ProtocolFit:
         return self.base_s + steps * self.hop_s + n_bytes * steps / world_size / self.busbw_Bps
 
 
-def envelope_s(fits: dict[str, ProtocolFit], n_bytes: float, world_size: int) -> tuple[float, str]:
+def envelope_s(
+    fits: dict[str, ProtocolFit], n_bytes: float, world_size: int, floor_s: float = 0.0
+) -> tuple[float, str]:
     best = min(fits, key=lambda p: fits[p].time_s(n_bytes, world_size))
-    return fits[best].time_s(n_bytes, world_size), best
+    return max(floor_s, fits[best].time_s(n_bytes, world_size)), best
 
 
-def _solve(rows: np.ndarray, measured: np.ndarray, vary_hops: bool) -> np.ndarray:
-    """Non-negative least squares on relative error, by dropping negative coefficients and refitting."""
-    active = [0, 1, 2] if vary_hops else [0, 2]
-    weights = 1.0 / measured
-    while True:
-        a = rows[:, active] * weights[:, None]
-        b = measured * weights
-        coef, *_ = np.linalg.lstsq(a, b, rcond=None)
-        if (coef >= 0).all() or len(active) == 1:
-            full = np.zeros(3)
-            full[active] = np.maximum(coef, 0.0)
-            return full
-        active = [col for col, value in zip(active, coef, strict=True) if value > 0 or col == 2]
-        if len(active) == len(coef):
-            full = np.zeros(3)
-            full[active] = np.maximum(coef, 0.0)
-            return full
+def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float, iterations: int) -> np.ndarray:
+    n = len(x0)
+    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
+    values = np.array([f(x) for x in simplex])
+    for _ in range(iterations):
+        order = np.argsort(values)
+        simplex, values = simplex[order], values[order]
+        centroid = simplex[:-1].mean(axis=0)
+        reflected = centroid + (centroid - simplex[-1])
+        f_reflected = f(reflected)
+        if f_reflected < values[0]:
+            expanded = centroid + 2 * (centroid - simplex[-1])
+            f_expanded = f(expanded)
+            simplex[-1], values[-1] = (expanded, f_expanded) if f_expanded < f_reflected else (reflected, f_reflected)
+        elif f_reflected < values[-2]:
+            simplex[-1], values[-1] = reflected, f_reflected
+        else:
+            contracted = centroid + 0.5 * (simplex[-1] - centroid)
+            f_contracted = f(contracted)
+            if f_contracted < values[-1]:
+                simplex[-1], values[-1] = contracted, f_contracted
+            else:
+                simplex[1:] = simplex[0] + 0.5 * (simplex[1:] - simplex[0])
+                values[1:] = [f(x) for x in simplex[1:]]
+    return simplex[np.argmin(values)]
+
+
+def _linear_start(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, chosen: np.ndarray) -> tuple[float, float]:
+    """(base_s, busbw_Bps) of a least-squares line through the chosen samples (positive by clipping)."""
+    x = sizes[chosen] * 2 * (worlds[chosen] - 1) / worlds[chosen]
+    y = times[chosen]
+    if chosen.sum() < 2 or np.ptp(x) == 0:
+        return float(max(np.min(times), _FLOOR_S)), float(np.max(sizes / times) * 2)
+    slope, intercept = np.polyfit(x, y, 1)
+    busbw = 1.0 / slope if slope > 0 else float(np.max(x / y)) * 4
+    return float(max(intercept, _FLOOR_S)), float(busbw)
+
+
+def _starts(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, steps: np.ndarray) -> list[np.ndarray]:
+    """Starting points: lines through NCCL's usual protocol ranges, and a floor-plus-large-sizes line."""
+    hop_scale = max(float(steps.max()), 1.0)
+    band = np.digitize(sizes, _INITIAL_SPLIT_BYTES)
+    by_band = []
+    for index in range(3):
+        base, busbw = _linear_start(sizes, worlds, times, band == index)
+        by_band += [np.log(base * 0.8), np.log(max(base * 0.2 / hop_scale, _FLOOR_S)), np.log(1.0 / busbw)]
+    by_band.append(np.log(np.min(times) * 0.9))
+    largest = sizes >= np.sort(sizes)[-min(len(sizes), 8)]
+    base, busbw = _linear_start(sizes, worlds, times, largest)
+    floor = float(np.median(times[sizes <= np.median(sizes)]))
+    floor_first = []
+    for base_scale, bw_scale in ((0.25, 0.5), (0.5, 0.9), (1.0, 1.0)):
+        protocol_base = max(base * base_scale, _FLOOR_S)
+        floor_first += [np.log(protocol_base), np.log(max(protocol_base * 0.1 / hop_scale, _FLOOR_S)),
+                        np.log(1.0 / (busbw * bw_scale))]
+    floor_first.append(np.log(floor))
+    return [np.array(by_band), np.array(floor_first)]
 
 
 def fit_protocols(
-    sizes_bytes: Sequence[float], world_sizes: Sequence[int], times_s: Sequence[float], iterations: int = 20
+    sizes_bytes: Sequence[float],
+    world_sizes: Sequence[int],
+    times_s: Sequence[float],
+    iterations: int = 3000,
+    with_floor: bool = False,
 ) -> dict[str, ProtocolFit]:
-    """Fit base, per-hop latency and bus bandwidth of LL, LL128 and Simple to one link class's samples."""
+    """Fit base, per-hop latency and bus bandwidth of LL, LL128 and Simple to one link class's samples.
+
+    With ``with_floor`` the result also has a "floor" entry whose ``base_s`` is the fitted floor.
+    """
     sizes = np.asarray(sizes_bytes, dtype=float)
     worlds = np.asarray(world_sizes, dtype=float)
     times = np.asarray(times_s, dtype=float)
     if len(sizes) < 3:
         raise ValueError("need at least three measured sizes to fit")
     steps = 2 * (worlds - 1)
-    rows = np.stack([np.ones_like(sizes), steps, sizes * steps / worlds], axis=1)
+    volume = sizes * steps / worlds
+    log_times = np.log(times)
     vary_hops = len(set(world_sizes)) > 1
-    assign = np.digitize(sizes, _INITIAL_SPLIT_BYTES)
-    fits: dict[str, ProtocolFit] = {}
-    for _ in range(iterations):
-        new_fits = {}
-        for index, name in enumerate(PROTOCOL_NAMES):
-            chosen = assign == index
-            if chosen.sum() < 2:
-                if name in fits:
-                    new_fits[name] = fits[name]
-                continue
-            coef = _solve(rows[chosen], times[chosen], vary_hops)
-            inverse_bw = max(coef[2], 1e-15)
-            new_fits[name] = ProtocolFit(base_s=float(coef[0]), hop_s=float(coef[1]), busbw_Bps=float(1.0 / inverse_bw))
-        fits = new_fits
-        predicted = np.array([[fits[p].time_s(s, int(w)) if p in fits else np.inf for p in PROTOCOL_NAMES]
-                              for s, w in zip(sizes, worlds, strict=True)])
-        new_assign = predicted.argmin(axis=1)
-        if (new_assign == assign).all():
-            break
-        assign = new_assign
+
+    def unpack(x: np.ndarray) -> tuple[np.ndarray, float]:
+        # rows: protocols; columns: base, hop, 1/busbw; clipped to physical ranges so that a
+        # protocol the data never selects drifts to "never chosen", not to overflow
+        params = np.exp(np.clip(x[:9].reshape(3, 3), _LOG_LOW, _LOG_HIGH))
+        if not vary_hops:
+            params[:, 1] = 0.0  # one world size cannot tell hop latency from base latency
+        return params, float(np.exp(min(x[9], 0.0))) if with_floor else 0.0
+
+    def loss(x: np.ndarray) -> float:
+        params, floor = unpack(x)
+        predicted = params[:, 0:1] + params[:, 1:2] * steps + params[:, 2:3] * volume
+        curve = np.maximum(predicted.min(axis=0), floor)
+        return float(np.sum((np.log(curve) - log_times) ** 2))
+
+    finishes = []
+    for start in _starts(sizes, worlds, times, steps):
+        point, point_loss = start, loss(start)
+        for _ in range(8):
+            candidate = _nelder_mead(loss, point, step=0.7, iterations=iterations)
+            candidate_loss = loss(candidate)
+            if candidate_loss >= point_loss * (1 - 1e-9):
+                break
+            point, point_loss = candidate, candidate_loss
+        finishes.append((point_loss, point))
+    best = min(finishes, key=lambda pair: pair[0])[1]
+    params, floor = unpack(best)
+    fits = {
+        name: ProtocolFit(base_s=float(params[i, 0]), hop_s=float(params[i, 1]), busbw_Bps=float(1.0 / params[i, 2]))
+        for i, name in enumerate(PROTOCOL_NAMES)
+    }
+    if with_floor:
+        fits["floor"] = ProtocolFit(base_s=floor, hop_s=0.0, busbw_Bps=float("inf"))
     return fits

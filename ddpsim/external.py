@@ -460,7 +460,7 @@ def dgx1_ddp_scenario(gpus: int, compute_efficiency: float, bucket_cap_mb: float
 
 
 def ddp_step_s(gpus: int, compute_efficiency: float, bucket_cap_mb: float | None = None) -> float:
-    from ddpsim.simulate import simulate
+    from ddpsim.simulation import simulate
 
     return simulate(scenario_from_dict(dgx1_ddp_scenario(gpus, compute_efficiency, bucket_cap_mb))).step_time_s
 

@@ -110,7 +110,7 @@ def scaling_study(
     scenario: Scenario, nodes: Sequence[int], price_per_gpu_hour: float | None = None
 ) -> ScalingStudy:
     """Simulate the scenario on each node count (and on one node, the efficiency baseline)."""
-    from ddpsim.simulate import simulate
+    from ddpsim.simulation import simulate
 
     counts = _parse_nodes(nodes, scenario.source)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else scenario.price_per_gpu_hour
@@ -214,7 +214,7 @@ class VariabilityStudy:
 
 def variability_study(scenario: Scenario) -> VariabilityStudy:
     """Simulate ``simulation.iterations`` steps with the scenario's jitter/straggler/link settings."""
-    from ddpsim.simulate import simulate
+    from ddpsim.simulation import simulate
 
     return VariabilityStudy(simulate(scenario))
 

@@ -200,8 +200,8 @@ def run_point(task: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
     data, file, base_dir = task
     try:
         scenario = scenario_from_dict(data, file=file, base_dir=base_dir)
-        # looked up at call time so tests can monkeypatch ddpsim.simulate.simulate
-        simulate = importlib.import_module("ddpsim.simulate").simulate
+        # looked up at call time so tests can monkeypatch ddpsim.simulation.simulate
+        simulate = importlib.import_module("ddpsim.simulation").simulate
         result = simulate(scenario)
         return {"status": STATUS_OK, "result": result.to_dict()}
     except Exception as exc:  # noqa: BLE001 - a failing point is recorded and the sweep goes on

@@ -10,7 +10,7 @@ import pytest
 from ddpsim.advisor import DEFAULT_CANDIDATES_MB, recommend_bucket_cap
 from ddpsim.cli import main
 from ddpsim.scenario import load_scenario
-from ddpsim.simulate import simulate
+from ddpsim.simulation import simulate
 
 # ResNet-50 (161 tensors, so the cap changes the layout) on two GPUs over one 100G Ethernet NIC each:
 # a few milliseconds per simulation, and a network slow enough that the cap matters.

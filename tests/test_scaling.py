@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-import ddpsim.simulate as simulate_module
+import ddpsim.simulation as simulate_module
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
 from ddpsim.results import Result

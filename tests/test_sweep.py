@@ -12,7 +12,7 @@ import textwrap
 
 import pytest
 
-import ddpsim.simulate as simulate_module
+import ddpsim.simulation as simulate_module
 from ddpsim import sweep
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError

@@ -54,26 +54,54 @@ class RankTrace:
     bucket_end_s: dict[int, float] = field(default_factory=dict)
 
 
-class _CommActivity:
-    """Whether this rank's comm stream is running an all-reduce; compute slows down while it is."""
+class Activity:
+    """Whether some stream is busy (a count of holders), with an event that fires on every change and
+    the integral of busy time, so a process running beside it can account for the time it was slowed."""
 
     def __init__(self, env: simpy.Environment) -> None:
         self.env = env
-        self.active = False
+        self.holders = 0
         self.changed = env.event()
+        self._busy_s = 0.0
+        self._since = 0.0
 
-    def set(self, active: bool) -> None:
-        if active != self.active:
-            self.active = active
+    @property
+    def active(self) -> bool:
+        return self.holders > 0
+
+    def busy_time_s(self) -> float:
+        return self._busy_s + (self.env.now - self._since if self.active else 0.0)
+
+    def _update(self, delta: int) -> None:
+        was = self.active
+        if was:
+            self._busy_s += self.env.now - self._since
+        self._since = self.env.now
+        self.holders += delta
+        if was != self.active:
             changed, self.changed = self.changed, self.env.event()
             changed.succeed()
 
+    def start(self) -> None:
+        self._update(+1)
+
+    def stop(self) -> None:
+        self._update(-1)
+
 
 class Rendezvous:
-    """One all-reduce per bucket for the whole group: it starts when the last rank has joined."""
+    """One all-reduce per bucket for the whole group: it starts when the last rank has joined.
 
-    def __init__(self, env: simpy.Environment, world_size: int, runner: AllReduceRunner) -> None:
+    While any rank computes, an all-reduce progresses ``1 + comm_slowdown`` times slower: NCCL's
+    kernels get the SMs and memory bandwidth that compute kernels leave over.
+    """
+
+    def __init__(
+        self, env: simpy.Environment, world_size: int, runner: AllReduceRunner, comm_slowdown: float = 0.0
+    ) -> None:
         self.env, self.world_size, self.runner = env, world_size, runner
+        self.comm_slowdown = comm_slowdown
+        self.compute = Activity(env)
         self._joined: dict[tuple[int, int], int] = {}
         self._done: dict[tuple[int, int], simpy.Event] = {}
         self.start_s: dict[tuple[int, int], float] = {}
@@ -88,21 +116,27 @@ class Rendezvous:
         return done
 
     def _run(self, bucket: Bucket, done: simpy.Event) -> Generator[Any, Any, None]:
+        busy_at_start = self.compute.busy_time_s()
         yield from self.runner(self.env, bucket)
+        if self.comm_slowdown > 0:
+            # the network delivered at full speed; what the slowed progress still owes runs now
+            busy = self.compute.busy_time_s() - busy_at_start
+            owed = busy * self.comm_slowdown / (1.0 + self.comm_slowdown)
+            yield from _work(self.env, owed, self.compute, self.comm_slowdown)
         done.succeed()
 
 
-def _work(env: simpy.Environment, seconds: float, comm: _CommActivity, slowdown: float) -> Generator:
-    """Run ``seconds`` of compute, stretched by (1 + slowdown) while an all-reduce is in flight."""
+def _work(env: simpy.Environment, seconds: float, other: Activity, slowdown: float) -> Generator:
+    """Run ``seconds`` of work, stretched by (1 + slowdown) while the other stream is active."""
     remaining = seconds
     while remaining > 1e-15:
-        rate = 1.0 / (1.0 + slowdown) if comm.active and slowdown > 0 else 1.0
+        rate = 1.0 / (1.0 + slowdown) if other.active and slowdown > 0 else 1.0
         finish = env.timeout(remaining / rate)
         if slowdown <= 0:
             yield finish
             return
         started = env.now
-        result = yield finish | comm.changed
+        result = yield finish | other.changed
         if finish in result:
             return
         remaining -= (env.now - started) * rate
@@ -118,7 +152,7 @@ def rank_step(
     trace: RankTrace,
 ) -> Generator[Any, Any, None]:
     """One DDP step of one rank (the last micro-step when accumulating gradients)."""
-    comm = _CommActivity(env)
+    comm = Activity(env)
     launched: simpy.Store = simpy.Store(env)
     completions: dict[int, simpy.Event] = {b.index: env.event() for b in buckets}
     trace.step_start_s = env.now
@@ -127,7 +161,11 @@ def rank_step(
         if seconds <= 0:
             return
         start = env.now
+        if rendezvous is not None:
+            rendezvous.compute.start()
         yield from _work(env, seconds, comm, costs.compute_slowdown)
+        if rendezvous is not None:
+            rendezvous.compute.stop()
         trace.compute_intervals.append((start, env.now, label))
 
     def comm_stream() -> Generator:
@@ -139,10 +177,10 @@ def rank_step(
                 trace.bucket_end_s[bucket.index] = env.now
             else:
                 done = rendezvous.join(step, bucket)
-                comm.set(True)
+                comm.start()
                 yield done
                 trace.bucket_start_s[bucket.index] = rendezvous.start_s[(step, bucket.index)]
-                comm.set(False)
+                comm.stop()
                 if costs.hook_cast_out_s[bucket.index] > 0:
                     yield env.timeout(costs.hook_cast_out_s[bucket.index])
                 trace.bucket_end_s[bucket.index] = env.now

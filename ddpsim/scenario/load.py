@@ -47,7 +47,14 @@ _SECTIONS = {
         "broadcast_buffers",
     },
     "collective": {"algorithm", "protocol"},
-    "overheads": {"bucket_launch", "copy_bandwidth", "compute_slowdown", "max_inflight_buckets"},
+    "overheads": {
+        "bucket_launch",
+        "copy_bandwidth",
+        "compute_slowdown",
+        "comm_slowdown",
+        "max_inflight_buckets",
+        "buffer_sync",
+    },
     "simulation": {
         "mode",
         "seed",
@@ -282,7 +289,9 @@ def _overheads(r: _Reader) -> OverheadSpec:
         bucket_launch_s=r.quantity("bucket_launch", parse_time_s, defaults.bucket_launch_s, positive=False),
         copy_bandwidth_Bps=copy_bw,
         compute_slowdown=r.number("compute_slowdown", defaults.compute_slowdown),
+        comm_slowdown=r.number("comm_slowdown", defaults.comm_slowdown),
         max_inflight_buckets=r.integer("max_inflight_buckets", minimum=1),
+        buffer_sync_s=r.quantity("buffer_sync", parse_time_s, defaults.buffer_sync_s, positive=False),
     )
 
 

@@ -132,14 +132,20 @@ class OverheadSpec:
     copy_bandwidth_Bps: device-memory bandwidth of the gradient copies into and out of buckets
       (None: 70% of the GPU's memory bandwidth).
     compute_slowdown: fraction by which compute runs slower while an all-reduce occupies SMs.
+    comm_slowdown: fraction by which an all-reduce runs slower while compute kernels hold the SMs
+      (measured inside real DDP steps: several times slower on NVLink than the same call alone).
     max_inflight_buckets: the launch path blocks once this many all-reduces are outstanding
       (None: never blocks).
+    buffer_sync_s: DDP's per-step broadcast of module buffers (BatchNorm statistics) before forward,
+      beyond its wire time: per-tensor copies launched from the CPU (only models with buffers).
     """
 
     bucket_launch_s: float = 10e-6
     copy_bandwidth_Bps: float | None = None
     compute_slowdown: float = 0.0
+    comm_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
+    buffer_sync_s: float = 0.0
 
 
 @dataclass(frozen=True)

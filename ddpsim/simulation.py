@@ -97,7 +97,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     )
     pre_forward = 0.0
     if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
-        pre_forward += allreduce_time_s(workload.buffer_bytes)
+        pre_forward += allreduce_time_s(workload.buffer_bytes) + overheads.buffer_sync_s
     if communicating and ddp.find_unused_parameters:
         # graph walk over every parameter plus the all-reduce of the used-parameter bitmap
         pre_forward += len(params) * 1e-6 + allreduce_time_s(4 * len(params))
@@ -170,7 +170,7 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     sim = sc.simulation
     per_rank = mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
     ranks = list(range(world)) if per_rank else [0]
-    rendezvous = Rendezvous(env, len(ranks), runner) if world > 1 else None
+    rendezvous = Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown) if world > 1 else None
     rng = random.Random(sim.seed)
     sigma = math.sqrt(math.log1p(sim.jitter_cv**2)) if sim.jitter_cv > 0 else 0.0
     bucket_of_param = {p: b.index for b in prep.buckets for p in b.param_indices}
