@@ -35,7 +35,12 @@ def _nccl_tests_arg(spec: str):
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibrate import fit_links, fit_overheads, write_calibration
-    from ddpsim.measurements import find_data_files, read_ddp_runs, read_harness_allreduce
+    from ddpsim.measurements import (
+        TRANSPORT_TO_LINK_CLASS,
+        find_data_files,
+        read_ddp_runs,
+        read_harness_allreduce,
+    )
     from ddpsim.validate import _profiles, in_calibration_subset
 
     samples = []
@@ -51,6 +56,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     subset = {"bucket_cap_mb": _parse_caps(args.calibration_caps)}
     overheads = {}
     runs = [r for path in files["ddp_runs"] for r in read_ddp_runs(path) if in_calibration_subset(r, subset)]
+    runs = [r for r in runs if not r.get("comm_hook")]
     if runs and not args.links_only:
         profiles = _profiles(files["profiles"])
         staging = args.out + ".links.tmp"
@@ -58,8 +64,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         try:
             for transport in sorted({r["transport"] for r in runs}):
                 chosen = [r for r in runs if r["transport"] == transport]
-                link_class = {"nvlink": "nvlink", "shm": "shm", "socket": "socket"}.get(transport, transport)
-                overheads[link_class] = fit_overheads(chosen, profiles, staging)
+                link_class = TRANSPORT_TO_LINK_CLASS.get(transport, transport)
+                entry = fit_overheads(chosen, profiles, staging)
+                worlds = sorted({int(r["world_size"]) for r in chosen})
+                if len(worlds) > 1:
+                    entry["by_world_size"] = {
+                        str(w): fit_overheads([r for r in chosen if int(r["world_size"]) == w], profiles, staging)
+                        for w in worlds
+                    }
+                overheads[link_class] = entry
                 print(f"fitted DDP overheads for {transport} on {len(chosen)} runs", file=sys.stderr)
         finally:
             os.remove(staging)
@@ -94,18 +107,25 @@ def _print_calibration(links: dict, overheads: dict) -> None:
     print(table(("link class", "protocol", "base us", "per-hop us", "busbw GB/s", "fit err mean/max %"), rows))
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
-        rows = [
-            (
-                link_class,
-                f"{o['bucket_launch_s'] * 1e6:.0f}",
-                f"{o['compute_slowdown']:.2f}",
-                str(o["max_inflight_buckets"]),
-                f"{o['calibration_mape_pct']:.1f}",
-                o["calibration_runs"],
-            )
-            for link_class, o in overheads.items()
-        ]
-        print(table(("link class", "launch us/bucket", "compute slowdown", "max in flight", "calib MAPE %", "runs"), rows))
+        rows = []
+        for link_class, entry in overheads.items():
+            for world, o in [("all", entry)] + sorted(entry.get("by_world_size", {}).items()):
+                rows.append(
+                    (
+                        link_class,
+                        world,
+                        f"{o['bucket_launch_s'] * 1e6:.0f}",
+                        f"{o['compute_slowdown']:.2f}",
+                        f"{o['comm_slowdown']:.1f}",
+                        str(o["max_inflight_buckets"]),
+                        f"{o['buffer_sync_s'] * 1e3:.1f}",
+                        f"{o['calibration_mape_pct']:.1f}",
+                        o["calibration_runs"],
+                    )
+                )
+        headers = ("link class", "GPUs", "launch us", "compute slowdown", "comm slowdown", "max in flight",
+                   "buffer sync ms", "calib MAPE %", "runs")
+        print(table(headers, rows))
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ class RunRow:
     measured_p90_s: float | None
     predicted_s: float
     held_out: bool
+    launch_id: str = ""
 
     @property
     def error_pct(self) -> float:
@@ -148,11 +149,13 @@ def _check_allreduce(samples: Sequence[AllReduceSample], calibration_path: str) 
 
 def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     """Per (model, transport, world): is the cap with the lowest PREDICTED time within 5% of the measured best?"""
-    groups: dict[tuple[str, str, int], list[RunRow]] = defaultdict(list)
+    by_launch: dict[tuple[str, str, int], dict[str, list[RunRow]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        groups[(row.model, row.transport, row.world_size)].append(row)
+        by_launch[(row.model, row.transport, row.world_size)][row.launch_id].append(row)
     out = []
-    for (model, transport, world), group in sorted(groups.items()):
+    for (model, transport, world), launches in sorted(by_launch.items()):
+        # caps are compared within one launch: between launches the same run can differ by 15%
+        group = max(launches.values(), key=lambda rs: len({r.bucket_cap_mb for r in rs}))
         if len(group) < 2:
             continue
         recommended = min(group, key=lambda r: r.predicted_s)
@@ -203,7 +206,8 @@ def validate(
     checked = 0
     fingerprints = set()
     for run in runs:
-        if run["model"] not in profiles:
+        if run["model"] not in profiles or run.get("comm_hook"):
+            # instrumented runs (a timing comm hook) are for per-bucket analysis, not accuracy
             continue
         fp = run.get("fingerprint", {})
         fingerprints.add(
@@ -223,6 +227,7 @@ def validate(
                 measured_p90_s=run.get("step_s_p90"),
                 predicted_s=predicted,
                 held_out=not in_calibration_subset(run, subset),
+                launch_id=str(run.get("launch_id", "")),
             )
         )
         mismatch = _layout_mismatch(run, scenario)
