@@ -164,3 +164,40 @@ def test_committed_data_schema():
             assert r["schema"] == "ddpsim.ddp_run/1" and r["status"] in ("ok", "failed", "skipped")
             if r["status"] == "ok":
                 assert sum(r["bucket_sizes_bytes"]) == r["param_bytes"]
+
+
+def _fill_results(d):
+    for fn in ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "allreduce_nvlink_w2.txt"):
+        (d / fn).write_text("{}\n")
+    for sub in ("profiles", "logs"):
+        (d / sub).mkdir()
+        (d / sub / "x.json").write_text("{}")
+    (d / "notes.md").write_text("keep")
+    (d / "other.txt").write_text("keep")
+
+
+def test_campaign_refuses_dir_with_results(tmp_path, capsys):
+    from validation.harness import campaign
+
+    _fill_results(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert campaign.main(["--out", str(tmp_path), "--no-profile", "--repeat", "0"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "--fresh" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing touched
+
+
+def test_campaign_fresh_removes_only_harness_results(tmp_path, monkeypatch, capsys):
+    from validation.harness import campaign
+
+    _fill_results(tmp_path)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    # no launch can run (world 99 > 1 GPU, no profile, no repeats): only the clean-up, args, pack, summary
+    rc = campaign.main(["--out", str(tmp_path), "--fresh", "--no-profile", "--repeat", "0", "--world-sizes", "99"])
+    assert rc == 0
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["campaign.tar.gz", "campaign_args.json", "notes.md", "other.txt"]
+    assert campaign.main(["--out", str(tmp_path), "--fresh", "--repeat-only"]) == 2
+    # an empty or missing DIR needs no --fresh
+    assert campaign.existing_results(str(tmp_path)) == []
+    assert campaign.existing_results(str(tmp_path / "missing")) == []

@@ -6,15 +6,20 @@ time budget; a launch that hangs is killed (process group) and the campaign goes
 launch never reached are recorded as ``status: "failed"``.  At the end (and after every launch) everything
 is packed into DIR/campaign.tar.gz (and optionally a copy elsewhere, --pack-to).
 
-    python -m validation.harness.campaign --out DIR [--quick] [--world-sizes 2,4]
+    python -m validation.harness.campaign --out DIR [--fresh] [--quick] [--world-sizes 2,4]
         [--transports nvlink,shm,socket] [--models ...] [--caps 1,5,10,25,50,200] [--budget-s 480]
         [--repeat 1 --repeat-caps 25]
+
+A DIR that already holds result files is refused (exit 2) unless --fresh (delete the harness's own result
+files there first) or --repeat-only (append repeat launches to an earlier campaign) is given.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,13 +38,36 @@ ALWAYS_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", 
 TRANSPORT_WEIGHT = {"nvlink": 1.0, "shm": 1.3, "socket": 2.2}
 
 
+# the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
+RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl")
+RESULT_DIRS = ("profiles", "logs")
+RESULT_GLOBS = ("allreduce_*_w*.txt",)
+
+
+def existing_results(out):
+    """Paths of harness result files/folders already in DIR (sorted)."""
+    found = [os.path.join(out, f) for f in RESULT_FILES if os.path.lexists(os.path.join(out, f))]
+    found += [os.path.join(out, d) for d in RESULT_DIRS if os.path.lexists(os.path.join(out, d))]
+    for pat in RESULT_GLOBS:
+        found += [p for p in glob.glob(os.path.join(glob.escape(out), pat)) if os.path.isfile(p)]
+    return sorted(found)
+
+
+def remove_results(paths):
+    for p in paths:
+        if os.path.isdir(p) and not os.path.islink(p):
+            shutil.rmtree(p)
+        else:
+            os.remove(p)
+
+
 def gpu_list():
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis:
         return [x.strip() for x in vis.split(",") if x.strip()]
     try:
         out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20).stdout
-        n = sum(1 for l in out.splitlines() if l.startswith("GPU "))
+        n = sum(1 for line in out.splitlines() if line.startswith("GPU "))
         if n:
             return [str(i) for i in range(n)]
     except Exception:
@@ -69,7 +97,7 @@ def run_launch(cmd, env, budget_s, log_path, grace_s=30):
     t0 = time.time()
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
     with open(log_path, "w") as logf:
-        logf.write("# cmd: %s\n" % " ".join(cmd))
+        logf.write(f"# cmd: {' '.join(cmd)}\n")
         logf.flush()
         p = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, start_new_session=True)
         status, rc = "ok", None
@@ -104,7 +132,7 @@ def tail(path, n=3000):
 def pack(out, extra=None):
     tmp = os.path.join(out, "campaign.tar.gz.tmp")
     with tarfile.open(tmp, "w:gz") as tf:
-        for root, dirs, files in os.walk(out):
+        for root, _dirs, files in os.walk(out):
             for fn in sorted(files):
                 if fn.startswith("campaign.tar.gz"):
                     continue
@@ -151,11 +179,10 @@ def summary(out):
         if r.get("rows"):
             big = r["rows"][-1]
             small = r["rows"][0]
-            lines.append("%-22s %4d B %7.1f us | %10d B %9.1f us busbw %7.2f GB/s" % (
-                r.get("launch_id"), small["bytes"], small["time_us_median"], big["bytes"], big["time_us_median"],
-                big["busbw_GBps"]))
+            lines.append(f"{r.get('launch_id')!s:<22} {small['bytes']:4d} B {small['time_us_median']:7.1f} us | "
+                         f"{big['bytes']:10d} B {big['time_us_median']:9.1f} us busbw {big['busbw_GBps']:7.2f} GB/s")
         else:
-            lines.append("%-22s FAILED %s" % (r.get("launch_id"), (r.get("error") or "")[-200:]))
+            lines.append(f"{r.get('launch_id')!s:<22} FAILED {(r.get('error') or '')[-200:]}")
     lines.append("=== ddp runs: ok/failed/skipped per launch ===")
     agg = {}
     for r in runs:
@@ -163,24 +190,28 @@ def summary(out):
         agg.setdefault(k, {"ok": 0, "failed": 0, "skipped": 0})
         agg[k][r.get("status", "failed")] = agg[k].get(r.get("status", "failed"), 0) + 1
     for k, v in agg.items():
-        lines.append("%-22s ok %3d failed %3d skipped %3d" % (k, v["ok"], v["failed"], v["skipped"]))
+        lines.append(f"{k!s:<22} ok {v['ok']:3d} failed {v['failed']:3d} skipped {v['skipped']:3d}")
     lines.append("=== step medians (s): model cap hook -> per launch (step / nosync) ===")
     for r in runs:
         if r.get("status") == "ok":
-            lines.append("%-18s %-10s cap %5s %-6s step %.4f [%.4f,%.4f] nosync %.4f nbuckets %s" % (
-                r["launch_id"], r["model"], r["bucket_cap_mb"], r.get("comm_hook") or "-", r["step_s_median"],
-                r["step_s_p10"], r["step_s_p90"], r.get("nosync_step_s_median") or -1,
-                len(r.get("bucket_sizes_bytes") or [])))
+            lines.append(f"{r['launch_id']!s:<18} {r['model']!s:<10} cap {r['bucket_cap_mb']!s:>5} "
+                         f"{r.get('comm_hook') or '-'!s:<6} step {r['step_s_median']:.4f} "
+                         f"[{r['step_s_p10']:.4f},{r['step_s_p90']:.4f}] "
+                         f"nosync {r.get('nosync_step_s_median') or -1:.4f} "
+                         f"nbuckets {len(r.get('bucket_sizes_bytes') or [])}")
     fails = [r for r in runs if r.get("status") == "failed"]
     for r in fails[:10]:
-        lines.append("FAILED %s %s cap %s: %s" % (r.get("launch_id"), r.get("model"), r.get("bucket_cap_mb"),
-                                                 (r.get("error") or "").strip().splitlines()[-1:]))
+        lines.append(f"FAILED {r.get('launch_id')} {r.get('model')} cap {r.get('bucket_cap_mb')}: "
+                     f"{(r.get('error') or '').strip().splitlines()[-1:]}")
     return "\n".join(lines)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--fresh", action="store_true",
+                    help="delete the harness's result files already in DIR (jsonl, .txt sweeps, profiles/, logs/) "
+                         "first; without it a DIR holding results is refused")
     ap.add_argument("--quick", action="store_true", help="tiny iteration counts, 2 caps (smoke test)")
     ap.add_argument("--world-sizes", default="2,4")
     ap.add_argument("--transports", default="nvlink,shm,socket")
@@ -201,13 +232,25 @@ def main(argv=None):
 
     t0 = time.time()
     out = os.path.abspath(a.out)
+    if a.fresh and a.repeat_only:
+        print("[campaign] --fresh and --repeat-only contradict (--repeat-only appends to DIR's results)",
+              file=sys.stderr, flush=True)
+        return 2
+    old = existing_results(out) if os.path.isdir(out) else []
+    if old and a.fresh:
+        remove_results(old)
+        print(f"[campaign] --fresh: removed {len(old)} earlier result path(s) from {out}", flush=True)
+    elif old and not a.repeat_only:
+        print(f"[campaign] {out} already holds results ({', '.join(os.path.basename(p) for p in old)}): "
+              "pass --fresh to delete them first, or use another --out", file=sys.stderr, flush=True)
+        return 2
     os.makedirs(out, exist_ok=True)
     gpus = gpu_list()
     worlds = [int(w) for w in a.world_sizes.split(",") if w]
     worlds_ok = [w for w in worlds if w <= len(gpus)]
     for w in worlds:
         if w not in worlds_ok:
-            print("[campaign] world size %d > %d GPUs: skipped" % (w, len(gpus)), flush=True)
+            print(f"[campaign] world size {w:d} > {len(gpus):d} GPUs: skipped", flush=True)
     transports = [t for t in a.transports.split(",") if t]
     caps = a.caps or ("5,25" if a.quick else "1,5,10,25,50,200")
     models = [m for m in a.models.split(",") if m]
@@ -233,20 +276,19 @@ def main(argv=None):
     used = {r.get("launch_id") for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))}
     used |= {r.get("launch_id") for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))}
     with open(os.path.join(out, "campaign_args.json"), "w") as f:
-        json.dump({"argv": sys.argv, "args": vars(a), "gpus": gpus, "launches": [l[:4] for l in launches]}, f,
+        json.dump({"argv": sys.argv, "args": vars(a), "gpus": gpus, "launches": [x[:4] for x in launches]}, f,
                   indent=1)
 
     mod_prefix = __package__ or "validation.harness"
     worker_mod = mod_prefix + ".worker"
-    total_w = sum(l[4] for l in launches)
     for i, (kind, tr, W, n, wgt) in enumerate(launches):
         remaining = a.budget_s - (time.time() - t0)
-        rem_w = sum(l[4] for l in launches[i:])
+        rem_w = sum(x[4] for x in launches[i:])
         budget = remaining * wgt / rem_w if rem_w > 0 else remaining
         if remaining < 20 or budget < 15:
-            print("[campaign] out of budget: skipping %s %s w%d #%d" % (kind, tr, W, n), flush=True)
+            print(f"[campaign] out of budget: skipping {kind} {tr} w{W:d} #{n:d}", flush=True)
             if kind != "profile":
-                lid = "%s_w%d_%d" % (tr, W, n)
+                lid = f"{tr}_w{W:d}_{n:d}"
                 rc_caps = caps_l if kind == "sweep" else [int(c) for c in a.repeat_caps.split(",")]
                 record_missing(out, lid, tr, W, models, rc_caps, timing_cap if kind == "sweep" else None,
                                "not run: campaign budget exhausted before this launch")
@@ -260,12 +302,12 @@ def main(argv=None):
             env = launch_env("nvlink", gpus[:1])
         else:
             m = n
-            while "%s_w%d_%d" % (tr, W, m) in used:
+            while f"{tr}_w{W:d}_{m:d}" in used:
                 m += 1
-            lid = "%s_w%d_%d" % (tr, W, m)
+            lid = f"{tr}_w{W:d}_{m:d}"
             used.add(lid)
             run_caps = caps if kind == "sweep" else a.repeat_caps
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=%d" % W,
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
                    "-m", worker_mod, "--mode", "sweep", "--out", out, "--transport", tr, "--launch-id", lid,
                    "--models", a.models, "--caps", run_caps, "--steps", str(steps),
                    "--budget-s", str(max(10.0, budget - 15))]
@@ -284,8 +326,8 @@ def main(argv=None):
             if a.quick:
                 cmd += ["--quick", "--warmup", "3"]
             env = launch_env(tr, gpus[:W])
-        print("[campaign] %5.0fs  launch %-16s budget %5.0fs  %s" % (time.time() - t0, lid, budget,
-                                                                     " ".join(cmd[2:])), flush=True)
+        print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} budget {budget:5.0f}s  "
+              f"{' '.join(cmd[2:])}", flush=True)
         status, rc, wall = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
         logtail = tail(os.path.join(out, "logs", lid + ".log"))
         append_jsonl(os.path.join(out, "launches.jsonl"), {
@@ -293,17 +335,16 @@ def main(argv=None):
             "wall_s": wall, "budget_s": budget, "cmd": cmd, "nccl_env": {k: v for k, v in env.items()
                                                                        if k.startswith("NCCL_")},
             "log_tail": logtail[-1500:] if status != "ok" else None})
-        print("[campaign] %5.0fs  launch %-16s %s rc=%s in %.0fs" % (time.time() - t0, lid, status, rc, wall),
+        print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} {status} rc={rc} in {wall:.0f}s",
               flush=True)
         if status != "ok":
             print(logtail[-1500:], flush=True)
         if kind != "profile":
             run_caps_l = caps_l if kind == "sweep" else [int(c) for c in a.repeat_caps.split(",")]
             nmiss = record_missing(out, lid, tr, W, models, run_caps_l, timing_cap if kind == "sweep" else None,
-                                   "not run: launch %s ended with %s (rc=%s); see logs/%s.log" % (
-                                       lid, status, rc, lid))
+                                   f"not run: launch {lid} ended with {status} (rc={rc}); see logs/{lid}.log")
             if nmiss:
-                print("[campaign] %d configurations of %s recorded as failed (never written)" % (nmiss, lid),
+                print(f"[campaign] {nmiss:d} configurations of {lid} recorded as failed (never written)",
                       flush=True)
             if kind == "sweep" and not a.skip_allreduce:
                 have_ar = any(r.get("launch_id") == lid for r in read_jsonl(os.path.join(out, "allreduce.jsonl")))
@@ -311,14 +352,14 @@ def main(argv=None):
                     append_jsonl(os.path.join(out, "allreduce.jsonl"), {
                         "schema": "ddpsim.allreduce/1", "status": "failed", "world_size": W, "transport": tr,
                         "launch_id": lid, "dtype": "float32", "rows": [], "fingerprint": None,
-                        "error": "launch %s ended with %s (rc=%s): %s" % (lid, status, rc, logtail[-800:])})
+                        "error": f"launch {lid} ended with {status} (rc={rc}): {logtail[-800:]}"})
         try:
             pack(out, a.pack_to)
         except Exception as e:
-            print("[campaign] pack failed: %r" % (e,), flush=True)
+            print(f"[campaign] pack failed: {e!r}", flush=True)
     pack(out, a.pack_to)
     print(summary(out), flush=True)
-    print("[campaign] done in %.0fs -> %s" % (time.time() - t0, os.path.join(out, "campaign.tar.gz")), flush=True)
+    print(f"[campaign] done in {time.time() - t0:.0f}s -> {os.path.join(out, 'campaign.tar.gz')}", flush=True)
     return 0
 
 

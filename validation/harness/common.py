@@ -7,13 +7,12 @@ import os
 import socket
 import subprocess
 import time
-from typing import Dict, List, Optional
 
 import torch
 
 
 # ----------------------------------------------------------------------------- statistics
-def quantile(xs: List[float], q: float) -> Optional[float]:
+def quantile(xs: list[float], q: float) -> float | None:
     """Linear-interpolated quantile (same as numpy's default)."""
     if not xs:
         return None
@@ -51,7 +50,7 @@ class Marker:
             self.t = time.perf_counter()
         return self
 
-    def seconds_since(self, start: "Marker") -> float:
+    def seconds_since(self, start: Marker) -> float:
         """Seconds from start to self (call after synchronize)."""
         if self.ev is not None:
             return start.ev.elapsed_time(self.ev) / 1e3
@@ -75,7 +74,7 @@ def _nvidia_smi():
                 ["nvidia-smi", "--query-gpu=driver_version,name", "--format=csv,noheader"],
                 capture_output=True, text=True, timeout=20,
             ).stdout.strip().splitlines()
-            out = [l for l in out if l.strip()]
+            out = [line for line in out if line.strip()]
             _DRIVER_CACHE = (out[0].split(",")[0].strip() if out else "unknown", len(out))
         except Exception:
             _DRIVER_CACHE = ("unknown", 0)
@@ -92,7 +91,7 @@ def hostname_count() -> int:
     return 1
 
 
-def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: int = 1) -> Dict:
+def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: int = 1) -> dict:
     driver, smi_count = _nvidia_smi()
     if device.type == "cuda":
         gpu_name = torch.cuda.get_device_name(device)
@@ -126,7 +125,7 @@ def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: 
 
 
 # ----------------------------------------------------------------------------- output
-def append_jsonl(path: str, obj: Dict):
+def append_jsonl(path: str, obj: dict):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(obj, sort_keys=False) + "\n")
@@ -134,7 +133,7 @@ def append_jsonl(path: str, obj: Dict):
         os.fsync(f.fileno())
 
 
-def write_json(path: str, obj: Dict):
+def write_json(path: str, obj: dict):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -144,7 +143,7 @@ def write_json(path: str, obj: Dict):
     os.replace(tmp, path)
 
 
-def read_jsonl(path: str) -> List[Dict]:
+def read_jsonl(path: str) -> list[dict]:
     out = []
     if not os.path.exists(path):
         return out
@@ -160,7 +159,7 @@ def read_jsonl(path: str) -> List[Dict]:
     return out
 
 
-def nccl_tests_text(rec: Dict) -> str:
+def nccl_tests_text(rec: dict) -> str:
     """Render an allreduce record in nccl-tests ``all_reduce_perf`` layout."""
     fp = rec.get("fingerprint", {})
     rows = rec.get("rows", [])
@@ -168,19 +167,20 @@ def nccl_tests_text(rec: Dict) -> str:
     lines = []
     minb = rows[0]["bytes"] if rows else 0
     maxb = rows[-1]["bytes"] if rows else 0
-    lines.append("# nThread 1 nGpus 1 minBytes %d maxBytes %d step: 2(factor) warmup iters: %s iters: %s "
-                 "agg iters: 1 validation: 0 graph: 0" % (minb, maxb, rec.get("warmup", "var"), "var"))
+    lines.append(f"# nThread 1 nGpus 1 minBytes {minb:d} maxBytes {maxb:d} step: 2(factor) "
+                 f"warmup iters: {rec.get('warmup', 'var')} iters: var "
+                 "agg iters: 1 validation: 0 graph: 0")
     lines.append("#")
     lines.append("# ddpsim harness: torch.distributed.all_reduce (SUM, float32), one call per timing, CUDA events "
                  "around each call; time = median over repeats (see allreduce.jsonl for p10/p90 and repeats).")
     lines.append("# The in-place and out-of-place columns hold the SAME measured numbers (PyTorch all_reduce is "
                  "in-place only); #wrong is N/A (no data check).")
-    lines.append("# transport %s world_size %d gpu %s nccl %s torch %s launch %s" % (
-        rec.get("transport"), W, fp.get("gpu_name"), fp.get("nccl"), fp.get("torch"), rec.get("launch_id")))
+    lines.append(f"# transport {rec.get('transport')} world_size {W:d} gpu {fp.get('gpu_name')} "
+                 f"nccl {fp.get('nccl')} torch {fp.get('torch')} launch {rec.get('launch_id')}")
     lines.append("#")
     lines.append("# Using devices")
     for r in range(W):
-        lines.append("#  Rank %2d Group  0 Pid      0 on %10s device %2d [0x00] %s" % (r, "host", r, fp.get("gpu_name")))
+        lines.append(f"#  Rank {r:2d} Group  0 Pid      0 on {'host':>10} device {r:2d} [0x00] {fp.get('gpu_name')}")
     lines.append("#")
     lines.append("#                                                              out-of-place                       in-place          ")
     lines.append("#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong")
@@ -190,15 +190,15 @@ def nccl_tests_text(rec: Dict) -> str:
         t = row["time_us_median"]
         ab, bb = row["algbw_GBps"], row["busbw_GBps"]
         bus.append(bb)
-        half = "%8.2f  %6.2f  %6.2f  %5s" % (t, ab, bb, "N/A")
-        lines.append("%12d  %12d  %8s  %6s  %6d  %s  %s" % (row["bytes"], row["bytes"] // 4, "float", "sum", -1, half, half))
+        half = f"{t:8.2f}  {ab:6.2f}  {bb:6.2f}  {'N/A':>5}"
+        lines.append(f"{row['bytes']:12d}  {row['bytes'] // 4:12d}  {'float':>8}  {'sum':>6}  {-1:6d}  {half}  {half}")
     lines.append("# Out of bounds values : 0 OK")
-    lines.append("# Avg bus bandwidth    : %g " % (sum(bus) / len(bus) if bus else 0.0))
+    lines.append(f"# Avg bus bandwidth    : {sum(bus) / len(bus) if bus else 0.0:g} ")
     lines.append("#")
     return "\n".join(lines) + "\n"
 
 
-def parse_nccl_tests_text(text: str) -> List[Dict]:
+def parse_nccl_tests_text(text: str) -> list[dict]:
     """Minimal parser of all_reduce_perf output rows (used by tests; tolerant of N/A)."""
     rows = []
     for line in text.splitlines():

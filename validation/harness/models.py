@@ -7,8 +7,8 @@ reference implementations (torchvision resnet50, HF GPT-2) so DDP bucket layouts
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 import torch.nn as nn
@@ -185,7 +185,7 @@ class ModelSpec:
     build: Callable[[], nn.Module]
     batch_size: int
     precision: str  # "fp32" | "bf16-amp"
-    seq_len: Optional[int]
+    seq_len: int | None
     optimizer: str  # "sgd" | "adamw"
     kind: str  # "cnn" | "gpt" | "mlp"
     in_shape: tuple = ()

@@ -21,15 +21,24 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from .common import (Marker, append_jsonl, fingerprint, hostname_count, median, nccl_tests_text, quantile,
-                     synchronize, write_json)
+from .common import (
+    Marker,
+    append_jsonl,
+    fingerprint,
+    hostname_count,
+    median,
+    nccl_tests_text,
+    quantile,
+    synchronize,
+    write_json,
+)
 from .models import MODELS, buffers_bytes, ddp_param_order
 
 KiB = 1024
 
 
 def log(*a):
-    print("[worker r%s %s]" % (os.environ.get("RANK", "0"), time.strftime("%H:%M:%S")), *a, flush=True)
+    print(f"[worker r{os.environ.get('RANK', '0')} {time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
 def stats3(xs):
@@ -433,9 +442,9 @@ def main(argv=None):
                 prof["launch_id"] = a.launch_id
                 prof["status"] = "ok"
                 write_json(os.path.join(a.out, "profiles", name + ".json"), prof)
-                log("profile %s step %.4f s fwd %.4f bwd %.4f opt %.4f (%.1fs)" % (
-                    name, prof["step_s"], prof["forward_s"], prof["backward_s"], prof["optimizer_s"],
-                    time.perf_counter() - t0))
+                log(f"profile {name} step {prof['step_s']:.4f} s fwd {prof['forward_s']:.4f} "
+                    f"bwd {prof['backward_s']:.4f} opt {prof['optimizer_s']:.4f} "
+                    f"({time.perf_counter() - t0:.1f}s)")
             except Exception as e:
                 log("profile FAILED", name, repr(e))
                 append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
@@ -456,8 +465,8 @@ def main(argv=None):
     rank, W = dist.get_rank(), dist.get_world_size()
     n_hosts = hostname_count()
     fp = fingerprint(device, W, a.transport, n_hosts)
-    launch_id = a.launch_id or "%s_w%d_0" % (a.transport, W)
-    log("launch %s world %d device %s backend %s hosts %d" % (launch_id, W, device, backend, n_hosts))
+    launch_id = a.launch_id or f"{a.transport}_w{W:d}_0"
+    log(f"launch {launch_id} world {W:d} device {device} backend {backend} hosts {n_hosts:d}")
 
     if not a.skip_allreduce:
         try:
@@ -470,11 +479,11 @@ def main(argv=None):
                    "rows": rows}
             if rank == 0:
                 append_jsonl(os.path.join(a.out, "allreduce.jsonl"), rec)
-                with open(os.path.join(a.out, "allreduce_%s_w%d.txt" % (a.transport, W)), "w") as f:
+                with open(os.path.join(a.out, f"allreduce_{a.transport}_w{W:d}.txt"), "w") as f:
                     f.write(nccl_tests_text(rec))
                 big = rows[-1]
-                log("allreduce sweep done in %.1fs; %d B: %.1f us busbw %.2f GB/s" % (
-                    time.perf_counter() - t0, big["bytes"], big["time_us_median"], big["busbw_GBps"]))
+                log(f"allreduce sweep done in {time.perf_counter() - t0:.1f}s; {big['bytes']:d} B: "
+                    f"{big['time_us_median']:.1f} us busbw {big['busbw_GBps']:.2f} GB/s")
         except Exception as e:
             log("allreduce sweep FAILED", repr(e))
             if rank == 0:
@@ -498,9 +507,9 @@ def main(argv=None):
                 "transport": a.transport, "launch_id": launch_id, "comm_hook": hook, "fingerprint": fp}
         if skip:
             if rank == 0:
-                log("skip (budget) %s cap %s hook %s" % (name, cap, hook))
+                log(f"skip (budget) {name} cap {cap} hook {hook}")
                 append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"),
-                             dict(base, status="skipped", error="launch time budget exhausted (%.0fs)" % a.budget_s))
+                             dict(base, status="skipped", error=f"launch time budget exhausted ({a.budget_s:.0f}s)"))
             continue
         t0 = time.perf_counter()
         try:
@@ -508,12 +517,12 @@ def main(argv=None):
                           comm_hook=hook)
             rec = dict(base, status="ok", error=None, **rec)
             if rank == 0:
-                log("%-10s cap %4s hook %-6s step %.4f (p10 %.4f p90 %.4f) nosync %.4f buckets %s  %.1fs" % (
-                    name, cap, hook, rec["step_s_median"], rec["step_s_p10"], rec["step_s_p90"],
-                    rec["nosync_step_s_median"] or -1,
-                    len(rec["bucket_sizes_bytes"] or []), time.perf_counter() - t0))
+                log(f"{name!s:<10} cap {cap!s:>4} hook {hook!s:<6} step {rec['step_s_median']:.4f} "
+                    f"(p10 {rec['step_s_p10']:.4f} p90 {rec['step_s_p90']:.4f}) "
+                    f"nosync {rec['nosync_step_s_median'] or -1:.4f} "
+                    f"buckets {len(rec['bucket_sizes_bytes'] or [])}  {time.perf_counter() - t0:.1f}s")
         except Exception as e:
-            log("FAILED %s cap %s: %r" % (name, cap, e))
+            log(f"FAILED {name} cap {cap}: {e!r}")
             rec = dict(base, status="failed", error=traceback.format_exc()[-4000:])
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -526,7 +535,7 @@ def main(argv=None):
         dist.destroy_process_group()
     except Exception:
         pass
-    log("launch %s done in %.1fs" % (launch_id, time.perf_counter() - t_start))
+    log(f"launch {launch_id} done in {time.perf_counter() - t_start:.1f}s")
     return 0
 
 
