@@ -113,6 +113,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         pre_forward_s=pre_forward,
         compute_slowdown=overheads.compute_slowdown if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
+        bucket_cpu_s=overheads.bucket_cpu_s if communicating else 0.0,
     )
 
 

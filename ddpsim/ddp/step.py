@@ -34,6 +34,7 @@ class StepCosts:
     hook_cast_in_s: tuple[float, ...]  # per bucket, on the compute stream (compression hooks)
     hook_cast_out_s: tuple[float, ...]  # per bucket, on the comm stream after the all-reduce
     pre_forward_s: float = 0.0  # buffer broadcast and find_unused_parameters' graph walk
+    bucket_cpu_s: float = 0.0  # launching a bucket holds up the backward kernels queued after it
     compute_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
 
@@ -212,6 +213,7 @@ def rank_step(
             trace.bucket_launch_s[bucket.index] = env.now
             launched.put(bucket)
             next_launch += 1
+            yield from compute(costs.bucket_cpu_s, "bucket-launch")
     trace.backward_compute_end_s = env.now
 
     if buckets:

@@ -54,6 +54,7 @@ _SECTIONS = {
         "comm_slowdown",
         "max_inflight_buckets",
         "buffer_sync",
+        "bucket_cpu",
     },
     "simulation": {
         "mode",
@@ -292,6 +293,7 @@ def _overheads(r: _Reader) -> OverheadSpec:
         comm_slowdown=r.number("comm_slowdown", defaults.comm_slowdown),
         max_inflight_buckets=r.integer("max_inflight_buckets", minimum=1),
         buffer_sync_s=r.quantity("buffer_sync", parse_time_s, defaults.buffer_sync_s, positive=False),
+        bucket_cpu_s=r.quantity("bucket_cpu", parse_time_s, defaults.bucket_cpu_s, positive=False),
     )
 
 

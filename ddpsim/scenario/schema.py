@@ -136,6 +136,8 @@ class OverheadSpec:
       (measured inside real DDP steps: several times slower on NVLink than the same call alone).
     max_inflight_buckets: the launch path blocks once this many all-reduces are outstanding
       (None: never blocks).
+    bucket_cpu_s: time the thread running backward spends launching each bucket's all-reduce; it
+      delays the backward kernels queued after the launch when the GPU is not far ahead of the CPU.
     buffer_sync_s: DDP's per-step broadcast of module buffers (BatchNorm statistics) before forward,
       beyond its wire time: per-tensor copies launched from the CPU (only models with buffers).
     """
@@ -145,6 +147,7 @@ class OverheadSpec:
     compute_slowdown: float = 0.0
     comm_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
+    bucket_cpu_s: float = 0.0
     buffer_sync_s: float = 0.0
 
 
