@@ -78,7 +78,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             os.remove(staging)
     meta = {
         "calibration_subset": subset,
-        "data_dir": os.path.relpath(args.data_dir) if args.data_dir else None,
+        "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
         "nccl_tests": list(args.nccl_tests),
     }
     write_calibration(args.out, links, overheads, meta)

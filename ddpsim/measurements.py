@@ -111,7 +111,7 @@ def read_ddp_runs(path: str) -> list[dict[str, Any]]:
             _field(record, key, str, path, where)
         _field(record, "world_size", int, path, where)
         _field(record, "step_s_median", (int, float), path, where)
-        runs.append(record)
+        runs.append({**record, "_source": os.path.abspath(path)})
     return runs
 
 

@@ -25,6 +25,18 @@ DETAILED_MAX_GPUS = 64  # auto mode simulates every rank and every transfer up t
 _COPY_EFFICIENCY = 0.7  # share of peak memory bandwidth an elementwise copy kernel reaches
 
 
+class _CountingEnvironment(simpy.Environment):
+    """simpy's environment, counting the events it processes (for benchmarks and the Result)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
 @dataclass(frozen=True)
 class Prepared:
     """Everything a step simulation needs, built once per scenario (sweeps reuse it)."""
@@ -153,7 +165,7 @@ def simulate(scenario: Scenario | Prepared) -> Result:
         alg, proto = model.choose(n_bytes, spec_alg, spec_proto)
         return model.allreduce_time_s(n_bytes, alg, proto)
 
-    env = simpy.Environment()
+    env = _CountingEnvironment()
     network = None
     if mode == "detailed" and world > 1:
         from ddpsim.network import FlowNetwork
@@ -192,7 +204,9 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     for rank in ranks:
         env.process(rank_process(rank))
     env.run()
-    return _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start)
+    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start)
+    result.events = env.events_processed
+    return result
 
 
 def _union_length(intervals: list[tuple[float, float]]) -> float:

@@ -6,6 +6,7 @@ fails (``Validation.passed`` is False) when the error is past the tolerances giv
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -92,9 +93,16 @@ def _profiles(paths: Sequence[str]) -> dict[str, str]:
     return profiles
 
 
-def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any]) -> bool:
+def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir: str | None = None) -> bool:
+    """Whether ``run`` may have been used by the calibration: its cap is in the subset and, when the
+    calibration names its data folder, the run comes from that folder."""
     caps = subset.get("bucket_cap_mb")
-    return caps is not None and float(run["bucket_cap_mb"]) in {float(c) for c in caps}
+    if caps is None or float(run["bucket_cap_mb"]) not in {float(c) for c in caps}:
+        return False
+    source = run.get("_source")
+    if data_dir is None or source is None:
+        return True
+    return os.path.commonpath([os.path.abspath(data_dir), source]) == os.path.abspath(data_dir)
 
 
 def load_measurements(data_dir: str) -> tuple[list[dict[str, Any]], dict[str, str], list[AllReduceSample]]:
@@ -200,6 +208,10 @@ def validate(
 
     calibration = read_calibration(calibration_path)
     subset = calibration.get("calibration_subset", {})
+    calibration_data_dir = calibration.get("data_dir")
+    if calibration_data_dir is not None and not os.path.isabs(calibration_data_dir):
+        # stored relative to the calibration file's folder, so the pair can move together
+        calibration_data_dir = os.path.join(os.path.dirname(os.path.abspath(calibration_path)), calibration_data_dir)
     runs, profiles, samples = load_measurements(data_dir)
     rows: list[RunRow] = []
     mismatches: list[str] = []
@@ -226,7 +238,7 @@ def validate(
                 measured_p10_s=run.get("step_s_p10"),
                 measured_p90_s=run.get("step_s_p90"),
                 predicted_s=predicted,
-                held_out=not in_calibration_subset(run, subset),
+                held_out=not in_calibration_subset(run, subset, calibration_data_dir),
                 launch_id=str(run.get("launch_id", "")),
             )
         )
