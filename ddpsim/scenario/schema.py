@@ -128,6 +128,9 @@ class CollectiveSpec:
 class OverheadSpec:
     """DDP costs beyond compute and wire time; defaults are used until a calibration replaces them.
 
+    The defaults are what ``ddpsim calibrate`` fitted on 4 x H200 over NVLink (validation/data,
+    caps 5 and 50, all world sizes); an uncalibrated prediction for another machine starts there.
+
     bucket_launch_s: CPU + kernel launch cost of one bucket's all-reduce on the comm stream.
     copy_bandwidth_Bps: device-memory bandwidth of the gradient copies into and out of buckets
       (None: 70% of the GPU's memory bandwidth).
@@ -142,9 +145,9 @@ class OverheadSpec:
       beyond its wire time: per-tensor copies launched from the CPU (only models with buffers).
     """
 
-    bucket_launch_s: float = 10e-6
+    bucket_launch_s: float = 40e-6
     copy_bandwidth_Bps: float | None = None
-    compute_slowdown: float = 0.0
+    compute_slowdown: float = 1.0
     comm_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
     bucket_cpu_s: float = 0.0
