@@ -9,7 +9,7 @@ import statistics
 import time
 
 from ddpsim.scenario.load import scenario_from_dict
-from ddpsim.simulate import simulate
+from ddpsim.simulation import simulate
 
 
 def scenario(mode: str, algorithm: str, nodes: int = 8):

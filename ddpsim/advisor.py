@@ -20,7 +20,9 @@ from ddpsim.units import format_bytes, format_time
 
 # Log-spaced over what people actually pass (0.5 MiB .. 512 MiB), plus PyTorch's 25 passed explicitly.
 DEFAULT_CANDIDATES_MB: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256, 512)
-_TIE_REL = 1e-9  # step times this close are equal; prefer the cap nearest PyTorch's default
+# Predicted gains below this are within the simulator's resolution (about 5% mean error on held-out
+# GPU runs, see README): such caps count as tied, and the one nearest PyTorch's default wins.
+MIN_GAIN_REL = 0.02
 _WORTH_IT = 0.005  # an alternative "helps" only if it takes at least 0.5% off the step
 
 _HOOK_PASTE = {
@@ -123,15 +125,21 @@ def _refine(caps: Sequence[float], best: float) -> list[float]:
     return sorted(c for c in new if c > 0 and c not in ordered)
 
 
-def _pick(points: Sequence[CapPoint]) -> CapPoint:
-    fastest = min(p.step_time_s for p in points)
-    tied = [p for p in points if p.step_time_s <= fastest * (1 + _TIE_REL)]
+def pick_cap(step_time_by_cap: dict[float | None, float], min_gain_rel: float = MIN_GAIN_REL) -> float | None:
+    """The cap to recommend: among caps predicted within ``min_gain_rel`` of the fastest, the default
+    (None), else the one nearest PyTorch's 25 MiB (the least surprising change)."""
+    fastest = min(step_time_by_cap.values())
+    tied = [cap for cap, step_s in step_time_by_cap.items() if step_s <= fastest * (1 + min_gain_rel)]
 
-    def distance(p: CapPoint) -> float:
-        # the default (None) is the least surprising choice of all; then the cap nearest 25 MiB
-        return -1.0 if p.bucket_cap_mb is None else abs(math.log(p.bucket_cap_mb / DEFAULT_BUCKET_CAP_MB))
+    def distance(cap: float | None) -> float:
+        return -1.0 if cap is None else abs(math.log(cap / DEFAULT_BUCKET_CAP_MB))
 
     return min(tied, key=distance)
+
+
+def _pick(points: Sequence[CapPoint]) -> CapPoint:
+    chosen = pick_cap({p.bucket_cap_mb: p.step_time_s for p in points})
+    return next(p for p in points if p.bucket_cap_mb == chosen)
 
 
 def _point(cap: float | None, result: Result) -> CapPoint:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddpsim.advisor import pick_cap
 from ddpsim.calibration_file import link_entry, read_calibration
 from ddpsim.ddp.buckets import bucket_layout
 from ddpsim.errors import ScenarioError
@@ -166,7 +167,8 @@ def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
         group = max(launches.values(), key=lambda rs: len({r.bucket_cap_mb for r in rs}))
         if len(group) < 2:
             continue
-        recommended = min(group, key=lambda r: r.predicted_s)
+        chosen = pick_cap({r.bucket_cap_mb: r.predicted_s for r in group})
+        recommended = next(r for r in group if r.bucket_cap_mb == chosen)
         best = min(group, key=lambda r: r.measured_s)
         out.append(
             {

@@ -69,6 +69,8 @@ class CollectiveModel:
         self._structures: dict[str, list[_PricedPhase]] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._seconds_per_byte: dict[tuple[str, str], float] = {}
+        self._chain_stretch: dict[str, float] = {}
 
     # -- choosing -------------------------------------------------------------------------------
     def choose(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> tuple[str, str]:
@@ -100,10 +102,11 @@ class CollectiveModel:
         if not structure:
             return 0.0  # a single rank has nothing to exchange
         slope, offset, efficiency = self._protocol_coefficients(algorithm, protocol)
+        stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
         total_s = self.protocol_table.base_latency(algorithm, protocol)
         for priced in structure:
             rates = self._rates(priced)
-            transfer_s = priced.fraction * nbytes / (rates * efficiency[priced.transport])
+            transfer_s = priced.fraction * nbytes * stretch / (rates * efficiency[priced.transport])
             if priced.path_latency_s is None:
                 hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
                 phase_s = float(np.max(hop_s + transfer_s))
@@ -122,13 +125,15 @@ class CollectiveModel:
         return 0.0 if time_s == 0 else nbytes / time_s * 2 * (n - 1) / n
 
     def link_bytes(self, nbytes: float, algorithm: str, protocol: str = "simple") -> np.ndarray:
-        """Bytes each directed link carries during one all-reduce (wire bytes, protocol included)."""
+        """Bytes each directed link carries during one all-reduce (wire bytes: protocol and
+        algorithm bandwidth factors included, as DETAILED mode sends them)."""
         _check_protocol(protocol)
         carried = np.zeros(self.topology.n_links)
         _, _, efficiency = self._protocol_coefficients(_check_algorithm(algorithm), protocol)
+        stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
         for priced in self._structure(algorithm):
             matrix = LinkMatrix.from_lists(priced.link_ids)
-            per_flow = priced.fraction * nbytes * priced.count / efficiency[priced.transport]
+            per_flow = priced.fraction * nbytes * stretch * priced.count / efficiency[priced.transport]
             flow_of_entry = np.repeat(np.arange(len(per_flow)), np.diff(matrix.indptr))
             carried += priced.phase.repeat * np.bincount(matrix.indices, weights=per_flow[flow_of_entry],
                                                          minlength=len(carried))
@@ -153,11 +158,12 @@ class CollectiveModel:
         if not structure:
             return algorithm, protocol
         slope, offset, efficiency = self._protocol_coefficients(algorithm, _check_protocol(protocol))
+        stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
         base_s = self.protocol_table.base_latency(algorithm, protocol)
         if base_s > 0:
             yield env.timeout(base_s)
         for priced in structure:
-            wire_bytes = priced.fraction * nbytes / efficiency[priced.transport]
+            wire_bytes = priced.fraction * nbytes * stretch / efficiency[priced.transport]
             if priced.path_latency_s is None:
                 hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
                 fill_s = 0.0
@@ -200,13 +206,58 @@ class CollectiveModel:
         switched = True
         if g >= 3:
             switched = bool(set(topo.route(1, 0).link_ids) & set(topo.route(1, 2).link_ids))
-        return table.base_latency(algorithm, protocol) + closed_form_s(
-            algorithm, topo.world_size, nbytes, intra_Bps, intra_s, nodes,
-            inter_bandwidth_Bps=inter_Bps, inter_latency_s=inter_s, intra_switched=switched,
-            channels=self.channels,
-        )
+
+        def form(alg: str, size: float) -> float:
+            inter = (hop(g - 1, g) if alg == "ring" else hop(0, g)) if nodes > 1 else (intra_Bps, intra_s)
+            return closed_form_s(alg, topo.world_size, size, intra_Bps, intra_s, nodes,
+                                 inter_bandwidth_Bps=inter[0], inter_latency_s=inter[1], intra_switched=switched,
+                                 channels=self.channels)
+
+        latency_s = form(algorithm, 0.0)
+        transfer_s = form(algorithm, nbytes) - latency_s  # the closed forms are affine in the size
+        factor = table.algorithm_factor(algorithm, protocol, nbytes)
+        if algorithm == "tree" and table.tree_chain_bound and transfer_s > 0:
+            n = topo.world_size
+            ring_s = form("ring", nbytes) - form("ring", 0.0)
+            transfer_s = max(transfer_s, ring_s * n / (n - 1))
+        return table.base_latency(algorithm, protocol) + latency_s + transfer_s / factor
+
+    def bandwidth_stretch(self, nbytes: float, algorithm: str, protocol: str) -> float:
+        """Factor (>= 1) on the algorithm's transfer times beyond link and protocol efficiency.
+
+        1 / ``ProtocolTable.algorithm_factor`` (NCCL's 0.92 and size correction for trees), and for
+        a tree under ``tree_chain_bound``: max(1, chain / flow), chain = 2S through the ring's bus
+        bandwidth = the ring's transfer time x n/(n-1), flow = the tree's own transfer time
+        (NCCL prices a tree at half the bandwidth of its channels, the same channels a ring gets;
+        tuning.cc ``ncclTopoTuneModel``). Size enters only through the correction.
+        """
+        table = self.protocol_table
+        stretch = 1.0 / table.algorithm_factor(algorithm, protocol, nbytes)
+        if algorithm == "tree" and table.tree_chain_bound:
+            chain = self._chain_stretch.get(protocol)
+            if chain is None:
+                n = self.topology.world_size
+                tree_spb = self._transfer_seconds_per_byte("tree", protocol)
+                ring_spb = self._transfer_seconds_per_byte("ring", protocol)
+                chain = max(1.0, ring_spb * n / (n - 1) / tree_spb) if tree_spb > 0 and n > 1 else 1.0
+                self._chain_stretch[protocol] = chain
+            stretch *= chain
+        return stretch
 
     # -- internals ------------------------------------------------------------------------------
+    def _transfer_seconds_per_byte(self, algorithm: str, protocol: str) -> float:
+        """The bandwidth part of an all-reduce per byte (FAST mode's transfer terms, no stretch)."""
+        key = (algorithm, protocol)
+        cached = self._seconds_per_byte.get(key)
+        if cached is None:
+            _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
+            cached = 0.0
+            for priced in self._structure(algorithm):
+                per_byte = priced.fraction / (self._rates(priced) * efficiency[priced.transport])
+                cached += priced.phase.repeat * float(np.max(per_byte))
+            self._seconds_per_byte[key] = cached
+        return cached
+
     def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
         """The algorithm's phases for an all-reduce of ``nbytes`` on this topology."""
         topo = self.topology

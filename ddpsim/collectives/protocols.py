@@ -13,6 +13,38 @@ How hop latencies meet the scenario's link latencies (``hop_latency_mode``):
 - "absolute": the table's hop latency is the whole hop latency (NCCL's own model); the scenario's
   link latencies are ignored. What a calibration fitted on nccl-tests output produces.
 - "additive": link latency plus the table's hop latency.
+
+Achievable bandwidth (``transport_efficiency`` defaults): a link's datasheet bandwidth is not what
+NCCL's Simple protocol reaches over it. Defaults per transport, LL128 and LL scaled from them by
+``bandwidth_efficiency`` (0.92, 0.5):
+- NVLink 0.79: our own measurement, validation/data/h200x4-2026-11-26/allreduce.jsonl: 4 x H200,
+  1 GiB all-reduce, busbw 356.6 GB/s against the 450 GB/s datasheet per direction (0.79; 2 GPUs
+  gave 330.4, 0.73). External A100/V100 data were NOT used to set it (they are the held-out check).
+- NET 0.94: ../shared/reference/ddp-nccl-facts.md section 4, "400 Gb/s InfiniBand per NIC:
+  46-49 GB/s" (nccl-tests issues #290, #267, #347): 47/50 = 0.94.
+- pci, shm: no default (1.0): no measurement to set one.
+A calibration replaces the whole ``transport_efficiency`` map with its fitted one (``fit_link_class``
+passes it to the constructor; ``from_dict`` takes a given map as is), so calibrated tables behave
+exactly as before these defaults existed.
+
+Tree bandwidth, as NCCL's cost model prices it (NVIDIA/nccl ``src/graph/tuning.cc``, read at NCCL
+2.19-2.28; derived, not copied):
+- ``ncclTopoTuneModel``: a tree's bus bandwidth is its channels x per-channel bandwidth x 0.92
+  (capped per channel), and its algorithm bandwidth is half of that, whatever the node count. The
+  tree graph uses at most the ring graph's channels (``src/init.cc``: treeGraph.maxChannels =
+  ringGraph.nChannels) at the same per-channel bandwidth, so NCCL prices a tree as moving 2S per
+  rank through the bandwidth a ring channel gets: the intra-node chain, whose GPUs forward the
+  reduction up and the broadcast down, limits it. A ring moves 2(n-1)/n S through it, so inside one
+  node NCCL's ring always wins on bandwidth.
+  Here: ``algorithm_efficiency`` ({"tree": 0.92}) divides the tree's bandwidth, and
+  ``tree_chain_bound`` floors the tree's transfer time at 2S / (the ring's bus bandwidth on the
+  same topology and protocol): the flow model alone lets a chain use both directions of direct
+  links (nvlink-ring) or lets few inter-node edges outrun the chain (2 nodes), which NCCL's model
+  and measurements do not show.
+- ``ncclTopoGetAlgoTime``: a per-size correction of tree bandwidth for medium sizes (0.4-1.0 by
+  protocol and power-of-two size, 64 B to 256 MiB; 1.0 above). ``tree_size_correction`` holds a
+  piecewise-linear (in log2 size) summary of that curve per protocol: (bytes, factor) knots,
+  constant before the first knot, 1.0 after the last.
 """
 
 from __future__ import annotations
@@ -20,6 +52,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 HOP_LATENCY_MODES = ("scaled", "absolute", "additive")
@@ -51,6 +85,38 @@ def _nccl_efficiency() -> dict[str, float]:
     return {"ll": 0.5, "ll128": 0.92, "simple": 1.0}
 
 
+# Achievable fraction of datasheet bandwidth under the Simple protocol, per transport (sources in
+# the module docstring): NVLink from our H200 runs, NET from published 400G InfiniBand busbw.
+ACHIEVABLE_SIMPLE_FRACTION = {"nvlink": 0.79, "net": 0.94}
+
+
+def _default_transport_efficiency() -> dict[tuple[str, str], float]:
+    protocol = _nccl_efficiency()
+    return {(transport, p): fraction * protocol[p]
+            for transport, fraction in ACHIEVABLE_SIMPLE_FRACTION.items() for p in PROTOCOL_NAMES}
+
+
+def _nccl_algorithm_efficiency() -> dict[str, float]:
+    # tuning.cc, ncclTopoTuneModel: tree bus bandwidth x 0.92 on top of the protocol's factor
+    return {"tree": 0.92}
+
+
+_KiB, _MiB = 1024.0, 1024.0 * 1024.0
+
+
+def _nccl_tree_size_correction() -> dict[str, tuple[tuple[float, float], ...]]:
+    # A summary of tuning.cc's tree correction (ncclTopoGetAlgoTime): knots at the sizes where the
+    # factor changes trend, linear in log2(size) between them; the exact steps are not reproduced.
+    return {
+        "ll": ((512.0, 1.0), (4 * _KiB, 0.7), (32 * _KiB, 0.7), (256 * _KiB, 0.4), (512 * _KiB, 0.4),
+               (32 * _MiB, 1.0)),
+        "ll128": ((1 * _KiB, 1.0), (4 * _KiB, 0.8), (16 * _KiB, 0.8), (64 * _KiB, 0.6), (2 * _MiB, 0.6),
+                  (8 * _MiB, 0.9), (64 * _MiB, 0.9), (128 * _MiB, 1.0)),
+        "simple": ((4 * _KiB, 0.9), (128 * _KiB, 0.5), (1 * _MiB, 0.5), (8 * _MiB, 0.8), (32 * _MiB, 0.7),
+                   (256 * _MiB, 0.9), (512 * _MiB, 1.0)),
+    }
+
+
 @dataclass(frozen=True)
 class ProtocolTable:
     """Latency and bandwidth parameters of NCCL's protocols.
@@ -60,8 +126,15 @@ class ProtocolTable:
         transports are "nvlink", "pci", "shm", "net". How it is used: ``hop_latency_mode``.
     bandwidth_efficiency: per protocol, fraction of link bandwidth carrying payload.
     transport_efficiency: per (transport, protocol), overrides ``bandwidth_efficiency`` for one
-        link class (a calibration may fit, say, shared memory separately).
+        link class (a calibration may fit, say, shared memory separately). Defaults: achievable
+        fractions of datasheet bandwidth on NVLink and NET (module docstring).
     hop_latency_mode: "scaled" | "absolute" | "additive" (see the module docstring).
+    algorithm_efficiency: per algorithm ("ring", "tree", "hierarchical"), a further bandwidth
+        factor (NCCL: 0.92 for tree; absent means 1.0).
+    tree_size_correction: per protocol, (bytes, factor) knots of the tree's size-dependent
+        bandwidth correction (absent protocol: no correction).
+    tree_chain_bound: price a tree no faster than 2S through the ring's bus bandwidth (NCCL's
+        chain-limited tree; see the module docstring).
 
     Hierarchical all-reduce is made of rings, so it is priced with the ring's entries.
     """
@@ -69,15 +142,26 @@ class ProtocolTable:
     base_latency_s: dict[tuple[str, str], float] = field(default_factory=_nccl_base_latency_s)
     hop_latency_s: dict[tuple[str, str, str], float] = field(default_factory=_nccl_hop_latency_s)
     bandwidth_efficiency: dict[str, float] = field(default_factory=_nccl_efficiency)
-    transport_efficiency: dict[tuple[str, str], float] = field(default_factory=dict)
+    transport_efficiency: dict[tuple[str, str], float] = field(default_factory=_default_transport_efficiency)
     hop_latency_mode: str = "scaled"
+    algorithm_efficiency: dict[str, float] = field(default_factory=_nccl_algorithm_efficiency)
+    tree_size_correction: dict[str, tuple[tuple[float, float], ...]] = field(
+        default_factory=_nccl_tree_size_correction)
+    tree_chain_bound: bool = True
 
     def __post_init__(self) -> None:
         if self.hop_latency_mode not in HOP_LATENCY_MODES:
             raise ValueError(f"hop_latency_mode must be one of {HOP_LATENCY_MODES}, got {self.hop_latency_mode!r}")
-        for key, value in {**self.bandwidth_efficiency, **self.transport_efficiency}.items():
+        efficiencies = {**self.bandwidth_efficiency, **self.transport_efficiency, **self.algorithm_efficiency}
+        for key, value in efficiencies.items():
             if not 0 < value <= 1:
                 raise ValueError(f"bandwidth efficiency {key} must be in (0, 1], got {value}")
+        for protocol, knots in self.tree_size_correction.items():
+            sizes = [size for size, _ in knots]
+            if not knots or any(b <= a for a, b in zip(sizes, sizes[1:], strict=False)) or sizes[0] <= 0:
+                raise ValueError(f"tree_size_correction[{protocol!r}] needs knots of increasing positive size")
+            if any(not 0 < factor <= 1 for _, factor in knots):
+                raise ValueError(f"tree_size_correction[{protocol!r}] factors must be in (0, 1]")
 
     @classmethod
     def ideal(cls) -> ProtocolTable:
@@ -86,7 +170,11 @@ class ProtocolTable:
             base_latency_s={},
             hop_latency_s={},
             bandwidth_efficiency=dict.fromkeys(PROTOCOL_NAMES, 1.0),
+            transport_efficiency={},
             hop_latency_mode="additive",
+            algorithm_efficiency={},
+            tree_size_correction={},
+            tree_chain_bound=False,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -97,16 +185,24 @@ class ProtocolTable:
             "bandwidth_efficiency": dict(self.bandwidth_efficiency),
             "transport_efficiency": {"/".join(k): v for k, v in self.transport_efficiency.items()},
             "hop_latency_mode": self.hop_latency_mode,
+            "algorithm_efficiency": dict(self.algorithm_efficiency),
+            "tree_size_correction": {p: [list(k) for k in knots] for p, knots in self.tree_size_correction.items()},
+            "tree_chain_bound": self.tree_chain_bound,
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ProtocolTable:
         """Read ``to_dict``'s form; entries it leaves out keep NCCL's defaults.
 
+        A given ``transport_efficiency``, ``algorithm_efficiency`` or ``tree_size_correction`` map is
+        taken as is (a calibration's fitted transport map replaces the default achievable fractions
+        wholesale, and ``to_dict`` round-trips exactly); a missing one keeps the defaults.
+
         Raises KeyError, TypeError or ValueError on unknown fields or malformed keys.
         """
         unknown = set(data) - {"base_latency_s", "hop_latency_s", "bandwidth_efficiency",
-                               "transport_efficiency", "hop_latency_mode"}
+                               "transport_efficiency", "hop_latency_mode", "algorithm_efficiency",
+                               "tree_size_correction", "tree_chain_bound"}
         if unknown:
             raise KeyError(f"unknown protocol table fields: {', '.join(sorted(unknown))}")
 
@@ -124,8 +220,15 @@ class ProtocolTable:
             base_latency_s={**default.base_latency_s, **keyed("base_latency_s", 2)},
             hop_latency_s={**default.hop_latency_s, **keyed("hop_latency_s", 3)},
             bandwidth_efficiency={**default.bandwidth_efficiency, **keyed("bandwidth_efficiency", 1)},
-            transport_efficiency=keyed("transport_efficiency", 2),
+            transport_efficiency=(keyed("transport_efficiency", 2) if "transport_efficiency" in data
+                                  else default.transport_efficiency),
             hop_latency_mode=str(data.get("hop_latency_mode", default.hop_latency_mode)),
+            algorithm_efficiency=({str(k): float(v) for k, v in dict(data["algorithm_efficiency"]).items()}
+                                  if "algorithm_efficiency" in data else default.algorithm_efficiency),
+            tree_size_correction=({str(p): tuple((float(size), float(factor)) for size, factor in knots)
+                                   for p, knots in dict(data["tree_size_correction"]).items()}
+                                  if "tree_size_correction" in data else default.tree_size_correction),
+            tree_chain_bound=bool(data.get("tree_chain_bound", default.tree_chain_bound)),
         )
 
     @staticmethod
@@ -139,6 +242,19 @@ class ProtocolTable:
         if transport is not None and (transport, protocol) in self.transport_efficiency:
             return self.transport_efficiency[(transport, protocol)]
         return self.bandwidth_efficiency.get(protocol, 1.0)
+
+    def algorithm_factor(self, algorithm: str, protocol: str, nbytes: float) -> float:
+        """Bandwidth factor of an algorithm at one size: ``algorithm_efficiency`` times, for a tree,
+        the size correction (linear in log2 size between knots)."""
+        factor = self.algorithm_efficiency.get(algorithm, 1.0)
+        knots = self.tree_size_correction.get(protocol) if algorithm == "tree" else None
+        if knots and nbytes > 0:
+            sizes = np.log2([size for size, _ in knots])
+            values = [value for _, value in knots]
+            # constant before the first knot, no correction after the last
+            correction = 1.0 if nbytes > knots[-1][0] else float(np.interp(np.log2(nbytes), sizes, values))
+            factor *= correction
+        return factor
 
     def hop_latency(self, transport: str, algorithm: str, protocol: str, link_latency_s: float) -> float:
         """Latency of one GPU-to-GPU hop whose links add up to ``link_latency_s``."""
