@@ -92,19 +92,26 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
     rows = []
     for link_class, entry in links.items():
-        for protocol, fit in entry["protocol_fits"].items():
-            rows.append(
-                (
-                    link_class,
-                    protocol,
-                    f"{fit['base_latency_s'] * 1e6:.1f}",
-                    f"{fit['hop_latency_s'] * 1e6:.2f}",
-                    f"{fit['bus_bandwidth_Bps'] / 1e9:.1f}",
-                    f"{entry['fit_mean_error_pct']:.1f} / {entry['fit_max_error_pct']:.1f}",
+        fits = [("all", entry)] + sorted(entry.get("by_world_size", {}).items())
+        for world, fit_entry in fits:
+            for protocol, fit in fit_entry["protocol_fits"].items():
+                if not fit.get("selected", True):
+                    continue  # never the fastest on the measured sizes
+                rows.append(
+                    (
+                        link_class,
+                        world,
+                        protocol,
+                        f"{fit['base_latency_s'] * 1e6:.1f}",
+                        f"{fit['hop_latency_s'] * 1e6:.2f}",
+                        f"{fit['bus_bandwidth_Bps'] / 1e9:.1f}",
+                        f"{fit_entry.get('call_floor_s', 0.0) * 1e6:.0f}",
+                        f"{fit_entry['fit_mean_error_pct']:.1f} / {fit_entry['fit_max_error_pct']:.1f}",
+                    )
                 )
-            )
-    print("All-reduce fit per link class (NCCL-style: base + 2(n-1) hops + bytes x 2(n-1)/n / busbw)")
-    print(table(("link class", "protocol", "base us", "per-hop us", "busbw GB/s", "fit err mean/max %"), rows))
+    print("All-reduce fit per link class: max(floor, min over protocols of base + 2(n-1) x hop + bytes x 2(n-1)/n / busbw)")
+    headers = ("link class", "GPUs", "protocol", "base us", "per-hop us", "busbw GB/s", "floor us", "fit err mean/max %")
+    print(table(headers, rows))
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
         rows = []
