@@ -7,12 +7,12 @@ nvlink-ring use "nvlink", shm "shm", socket "socket", pcie "pcie".
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import fields, replace
 from typing import Any
 
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.schema import OverheadSpec, Scenario
 
 SCHEMA = "ddpsim.calibration/1"
@@ -26,14 +26,8 @@ LINK_CLASS_OF_INTRA_TYPE = {
 
 
 def read_calibration(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise ScenarioError("calibration file not found", file=path, field="calibration") from None
-    except json.JSONDecodeError as exc:
-        raise ScenarioError(f"not valid JSON (line {exc.lineno})", file=path, field="calibration") from None
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
+    data = read_json_object(path, "calibration", field="calibration")
+    if data.get("schema") != SCHEMA:
         raise ScenarioError(f"expected schema '{SCHEMA}'", file=path, field="schema")
     if not isinstance(data.get("link_classes"), dict):
         raise ScenarioError("expected a 'link_classes' mapping", file=path, field="link_classes")

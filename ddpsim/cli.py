@@ -13,7 +13,7 @@ from ddpsim.errors import ScenarioError
 EXIT_BAD_INPUT = 2
 
 
-def _add_scenario_args(parser: argparse.ArgumentParser) -> None:
+def add_scenario_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", help="scenario YAML file")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="simulate one DDP training step")
-    _add_scenario_args(run)
+    add_scenario_args(run)
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of every rank")
     run.add_argument("--out", metavar="DIR", help="write result.json, timeline.png and summary.md")

@@ -13,17 +13,10 @@ import os
 import sys
 from typing import Any
 
+from ddpsim.cli import add_scenario_args
 from ddpsim.errors import ScenarioError
 
 EXIT_INTERRUPTED = 130
-
-
-def _scenario_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="scenario YAML file")
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-        help="override a scenario field, e.g. --set ddp.bucket_cap_mb=5 (repeatable)",
-    )
 
 
 def _int_list(text: str) -> list[int]:
@@ -49,7 +42,7 @@ def _cap_list(text: str) -> list[float | None]:
 
 def register(subparsers: Any) -> None:
     sweep = subparsers.add_parser("sweep", help="run a grid of scenarios (resumable, parallel)")
-    _scenario_args(sweep)
+    add_scenario_args(sweep)
     sweep.add_argument(
         "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
         help="a scenario field and its values (YAML scalars); repeat for a cartesian product",
@@ -61,14 +54,14 @@ def register(subparsers: Any) -> None:
     sweep.set_defaults(handler=cmd_sweep)
 
     tune = subparsers.add_parser("tune-buckets", help="recommend bucket_cap_mb (and say why)")
-    _scenario_args(tune)
+    add_scenario_args(tune)
     tune.add_argument("--candidates", type=_cap_list, metavar="MB,MB,...", help="only choose among these caps")
     tune.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     tune.add_argument("--out", metavar="DIR", help="write bucket_cap.png and recommendation.json here")
     tune.set_defaults(handler=cmd_tune_buckets)
 
     scale = subparsers.add_parser("scale", help="step time, efficiency and cost vs node count")
-    _scenario_args(scale)
+    add_scenario_args(scale)
     scale.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="e.g. 1,2,4,8,16")
     scale.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE", help="default: the scenario's")
     scale.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
@@ -76,7 +69,7 @@ def register(subparsers: Any) -> None:
     scale.set_defaults(handler=cmd_scale)
 
     var = subparsers.add_parser("variability", help="step-time percentiles under jitter, stragglers, bad links")
-    _scenario_args(var)
+    add_scenario_args(var)
     var.add_argument("--iterations", type=int, required=True, metavar="K", help="steps to simulate")
     var.add_argument("--jitter-cv", type=float, metavar="CV", help="per-rank compute-time coefficient of variation")
     var.add_argument("--straggler-rank", type=int, metavar="R")

@@ -69,7 +69,7 @@ class CollectiveModel:
         self._structures: dict[str, list[_PricedPhase]] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._seconds_per_byte: dict[tuple[str, str], float] = {}
+        self._seconds_per_byte: dict[tuple[str, str, bool], float] = {}
         self._chain_stretch: dict[str, float] = {}
 
     # -- choosing -------------------------------------------------------------------------------
@@ -218,7 +218,10 @@ class CollectiveModel:
         factor = table.algorithm_factor(algorithm, protocol, nbytes)
         if algorithm == "tree" and table.tree_chain_bound and transfer_s > 0:
             n = topo.world_size
-            ring_s = form("ring", nbytes) - form("ring", 0.0)
+            # the ring's intra-node hops only: each of its 2(n-1) steps moves S/(nc) per flow
+            local, _ = ring_pairs(g, self.channels, nodes)
+            flows = max(local.values(), default=0) if not switched else _most_switched(local)
+            ring_s = 2 * (n - 1) * flows * nbytes / (n * self.channels) / intra_Bps
             transfer_s = max(transfer_s, ring_s * n / (n - 1))
         return table.base_latency(algorithm, protocol) + latency_s + transfer_s / factor
 
@@ -227,9 +230,12 @@ class CollectiveModel:
 
         1 / ``ProtocolTable.algorithm_factor`` (NCCL's 0.92 and size correction for trees), and for
         a tree under ``tree_chain_bound``: max(1, chain / flow), chain = 2S through the ring's bus
-        bandwidth = the ring's transfer time x n/(n-1), flow = the tree's own transfer time
-        (NCCL prices a tree at half the bandwidth of its channels, the same channels a ring gets;
-        tuning.cc ``ncclTopoTuneModel``). Size enters only through the correction.
+        bandwidth inside a node = the ring's intra-node transfer time x n/(n-1), flow = the tree's
+        own transfer time (NCCL prices a tree at half the bandwidth of its channels, the same
+        channels a ring gets, tuning.cc ``ncclTopoTuneModel``; the intra-node chain is what halves
+        it, so only the ring's intra-node hops set the bound; beyond the node, the flow model's NIC
+        contention already gives NCCL's inter-node tree bandwidth). Size enters only through the
+        correction.
         """
         table = self.protocol_table
         stretch = 1.0 / table.algorithm_factor(algorithm, protocol, nbytes)
@@ -238,23 +244,29 @@ class CollectiveModel:
             if chain is None:
                 n = self.topology.world_size
                 tree_spb = self._transfer_seconds_per_byte("tree", protocol)
-                ring_spb = self._transfer_seconds_per_byte("ring", protocol)
+                ring_spb = self._transfer_seconds_per_byte("ring", protocol, intra_only=True)
                 chain = max(1.0, ring_spb * n / (n - 1) / tree_spb) if tree_spb > 0 and n > 1 else 1.0
                 self._chain_stretch[protocol] = chain
             stretch *= chain
         return stretch
 
     # -- internals ------------------------------------------------------------------------------
-    def _transfer_seconds_per_byte(self, algorithm: str, protocol: str) -> float:
-        """The bandwidth part of an all-reduce per byte (FAST mode's transfer terms, no stretch)."""
-        key = (algorithm, protocol)
+    def _transfer_seconds_per_byte(self, algorithm: str, protocol: str, intra_only: bool = False) -> float:
+        """The bandwidth part of an all-reduce per byte (FAST mode's transfer terms, no stretch);
+        ``intra_only``: counting only transfers between GPUs of one node (0 if there are none)."""
+        key = (algorithm, protocol, intra_only)
         cached = self._seconds_per_byte.get(key)
         if cached is None:
             _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
+            g = self.topology.gpus_per_node
             cached = 0.0
             for priced in self._structure(algorithm):
                 per_byte = priced.fraction / (self._rates(priced) * efficiency[priced.transport])
-                cached += priced.phase.repeat * float(np.max(per_byte))
+                if intra_only:
+                    local = np.array([t.src_rank // g == t.dst_rank // g for t in priced.phase.transfers])
+                    per_byte = per_byte[local]
+                if len(per_byte):
+                    cached += priced.phase.repeat * float(np.max(per_byte))
             self._seconds_per_byte[key] = cached
         return cached
 
@@ -312,6 +324,16 @@ class CollectiveModel:
             efficiency = np.array([table.efficiency(protocol, t) for t in TRANSPORTS])
             cached = self._coefficients[key] = (slope, offset, efficiency)
         return cached
+
+
+def _most_switched(pairs: dict[tuple[int, int], int]) -> int:
+    """Most flows on one GPU's switch up- or down-link, for flows per local GPU pair."""
+    out: dict[int, int] = {}
+    into: dict[int, int] = {}
+    for (a, b), m in pairs.items():
+        out[a] = out.get(a, 0) + m
+        into[b] = into.get(b, 0) + m
+    return max([*out.values(), *into.values()], default=0)
 
 
 def _check_algorithm(algorithm: str) -> str:

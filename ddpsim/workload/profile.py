@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import read_json_object
 from ddpsim.workload.model import DTYPE_BYTES, Layer, MeasuredTimes, ParamTensor, Workload
 
 SCHEMA = "ddpsim.profile/1"
@@ -49,21 +50,6 @@ class _Fields:
         return float(value)
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except FileNotFoundError:
-        raise ScenarioError("profile file not found", file=path) from None
-    except json.JSONDecodeError as err:
-        raise ScenarioError(f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})", file=path) from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ScenarioError(f"cannot read profile: {err}", file=path) from None
-    if not isinstance(data, dict):
-        raise ScenarioError("expected a JSON object at the top level", file=path)
-    return data
-
-
 def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
 
@@ -71,7 +57,7 @@ def _module_of(name: str) -> str:
 def load_profile(path: str) -> Workload:
     """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
     (``file=path``, ``field="params[3].numel"``)."""
-    root = _Fields(path, _read_json(path))
+    root = _Fields(path, read_json_object(path, "profile"))
     schema = root.get("schema", (str,), f"the string {SCHEMA!r}")
     if schema != SCHEMA:
         raise root.error("schema", f"expected {SCHEMA!r}, got {schema!r}")
