@@ -222,3 +222,37 @@ def test_16384_gpus_price_fast_and_small() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 1e9
+
+
+@pytest.mark.parametrize("intra", ["nvswitch", "nvlink-ring"])
+@pytest.mark.parametrize("gpus", [2, 3, 4, 8])
+def test_auto_rings_inside_one_node_as_nccl(intra: str, gpus: int) -> None:
+    model = CollectiveModel(build_topology(cluster(1, gpus, intra, intra_Bps=150e9, intra_s=3e-6)))
+    for k in range(10, 31, 2):
+        assert model.choose(2.0**k)[0] == "ring"
+
+
+def test_tree_bandwidth_relative_to_ring_is_nccls() -> None:
+    # NCCL 2.28.9 on 4 x H200 NVLink printed Ring Simple 240 GB/s and Tree Simple 165.6 GB/s (algbw)
+    model = CollectiveModel(build_topology(cluster(1, 4, intra_Bps=450e9, intra_s=0.0)))
+    big = 4 * 2.0**30  # above the size correction
+    ring = big / (model.allreduce_time_s(big, "ring", "simple") - model.allreduce_time_s(0.0, "ring", "simple"))
+    tree = big / (model.allreduce_time_s(big, "tree", "simple") - model.allreduce_time_s(0.0, "tree", "simple"))
+    assert tree / ring == pytest.approx(165.6 / 240, rel=0.01)
+    # medium sizes: the tree's size correction only ever lowers its bandwidth
+    table = ProtocolTable()
+    assert table.algorithm_factor("tree", "simple", 512e3) == pytest.approx(0.92 * 0.5)
+    assert table.algorithm_factor("ring", "simple", 512e3) == 1.0
+
+
+def test_default_achievable_fractions_and_overrides() -> None:
+    table = ProtocolTable()
+    assert table.efficiency("simple", "nvlink") == pytest.approx(0.79)
+    assert table.efficiency("ll128", "net") == pytest.approx(0.94 * 0.92)
+    assert table.efficiency("simple", "shm") == 1.0
+    assert ProtocolTable.from_dict(table.to_dict()) == table
+    calibrated = ProtocolTable.from_dict({"transport_efficiency": {"nvlink/simple": 0.5}})
+    assert calibrated.efficiency("simple", "nvlink") == 0.5 and calibrated.efficiency("simple", "net") == 1.0
+    # 1 GiB ring on 4 GPUs at 450 GB/s: busbw about 0.79 x 450 (our H200 measurement: 356.6)
+    model = CollectiveModel(build_topology(cluster(1, 4, intra_Bps=450e9, intra_s=3e-6)))
+    assert model.bus_bandwidth_Bps(2.0**30, "ring", "simple") == pytest.approx(356e9, rel=0.01)
