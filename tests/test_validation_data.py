@@ -67,3 +67,16 @@ def test_second_campaign_fully_held_out_within_regression_bounds(capsys):
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report["failures"]
     assert all(r["held_out"] for r in report["runs"]) and len(report["runs"]) == 108
+
+
+def test_two_gpu_host_predicted_from_the_four_gpu_calibration(capsys):
+    # campaign C ran on another machine (a 2-GPU host); nothing of it was used for the calibration
+    other = os.path.join(ROOT, "validation", "data", "h200x2-2026-11-26")
+    code = main([
+        "validate", other, "--calibration", CALIBRATION, "--json", "--max-mape", "9", "--max-error", "27",
+        "--max-allreduce-error", "60", "--min-recommendation-share", "0.7",
+    ])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0, report["failures"]
+    assert all(r["held_out"] for r in report["runs"]) and len(report["runs"]) == 63
+    assert report["layouts_checked"] == 63 and not report["layout_mismatches"]
