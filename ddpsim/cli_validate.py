@@ -274,10 +274,19 @@ def _cap_curves(v, path: str) -> None:
     rows_n = (len(keys) + cols - 1) // cols
     fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 2.8 * rows_n), squeeze=False)
     for ax, key in zip(axes.flat, keys, strict=False):
-        rows = sorted(groups[key], key=lambda r: r.bucket_cap_mb)
+        launches = defaultdict(list)
+        for r in groups[key]:
+            launches[r.launch_id].append(r)
+        # the launch that measured every cap is the curve; other launches (repeats) are points
+        main_launch = max(launches, key=lambda launch: len(launches[launch]))
+        rows = sorted(launches.pop(main_launch), key=lambda r: r.bucket_cap_mb)
         caps = [r.bucket_cap_mb for r in rows]
         ax.plot(caps, [r.measured_s * 1e3 for r in rows], "o-", label="measured")
         ax.plot(caps, [r.predicted_s * 1e3 for r in rows], "s--", label="predicted")
+        repeats = [r for rs in launches.values() for r in rs]
+        if repeats:
+            ax.plot([r.bucket_cap_mb for r in repeats], [r.measured_s * 1e3 for r in repeats], "x", color="C0",
+                    label="measured, another launch")
         ax.set_xscale("log")
         ax.set_title(f"{key[0]} {key[1]} x{key[2]}", fontsize=8)
         ax.tick_params(labelsize=7)

@@ -76,9 +76,13 @@ def scatter_plot(path: str, measured: Sequence[float], predicted: Sequence[float
         xs = [m * 1e3 for m, g in zip(measured, labels, strict=True) if g == group]
         ys = [p * 1e3 for p, g in zip(predicted, labels, strict=True) if g == group]
         ax.scatter(xs, ys, s=14, label=group)
-    top = max(list(measured) + list(predicted)) * 1e3 * 1.05
-    ax.plot([0, top], [0, top], color="black", linewidth=1)
-    ax.fill_between([0, top], [0, top * 0.95], [0, top * 1.05], color="grey", alpha=0.2, label="±5%")
+    # step times span two orders of magnitude (5 ms to 300 ms): log axes keep every point readable
+    low = min(list(measured) + list(predicted)) * 1e3 / 1.2
+    top = max(list(measured) + list(predicted)) * 1e3 * 1.2
+    ax.plot([low, top], [low, top], color="black", linewidth=1)
+    ax.fill_between([low, top], [low * 0.95, top * 0.95], [low * 1.05, top * 1.05], color="grey", alpha=0.2, label="±5%")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
     ax.set_xlabel("measured step time (ms)")
     ax.set_ylabel("predicted step time (ms)")
     ax.set_title(title)
