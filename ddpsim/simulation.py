@@ -209,6 +209,19 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     return result
 
 
+def _priced_busy_s(prep: Prepared, iterations: int) -> Any:
+    """Per-link busy seconds in fast mode: the bytes each link carries for every bucket over its capacity."""
+    sc, model = prep.scenario, prep.collectives
+    carried_by_size: dict[float, Any] = {}
+    total = 0.0
+    for bucket in prep.buckets:
+        if bucket.wire_bytes not in carried_by_size:
+            algorithm, protocol = model.choose(bucket.wire_bytes, sc.collective.algorithm, sc.collective.protocol)
+            carried_by_size[bucket.wire_bytes] = model.link_bytes(bucket.wire_bytes, algorithm, protocol)
+        total = total + carried_by_size[bucket.wire_bytes]
+    return iterations * total / prep.topology.capacity_Bps
+
+
 def _union_length(intervals: list[tuple[float, float]]) -> float:
     total = 0.0
     current: list[float] | None = None
@@ -273,8 +286,8 @@ def _result(
             f"{prep.gpu.name} has {prep.gpu.memory_bytes / 1e9:.0f} GB (shard with FSDP/ZeRO)"
         )
     links: list[LinkRecord] = []
-    if network is not None:
-        busy = network.busy_time_s
+    if world > 1:
+        busy = network.busy_time_s if network is not None else _priced_busy_s(prep, iterations)
         total = max(ends[-1], 1e-30)
         order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
         links = [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total) for i in order if busy[i] > 0]

@@ -122,3 +122,13 @@ def test_grad_accumulation_adds_compute_only_micro_steps():
     one, four = simulate(base), simulate(accumulated)
     micro = one.compute_only_s - one.optimizer_s
     assert four.step_time_s == pytest.approx(one.step_time_s + 3 * micro, rel=1e-9)
+
+
+def test_link_busy_time_agrees_between_modes_and_with_bytes_over_bandwidth():
+    detailed = simulate(_scenario(nodes=2, gpus_per_node=4, mode="detailed"))
+    fast = simulate(_scenario(nodes=2, gpus_per_node=4, mode="fast"))
+    assert detailed.links and [link.link for link in detailed.links] == [link.link for link in fast.links]
+    for a, b in zip(detailed.links, fast.links, strict=True):
+        assert b.busy_s == pytest.approx(a.busy_s, rel=1e-6)
+    # no link can be busy longer than the step, and the busiest carries at least one bucket's ring share
+    assert all(0 < link.busy_s <= detailed.step_time_s for link in detailed.links)
