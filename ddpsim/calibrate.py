@@ -15,12 +15,12 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from ddpsim.calibration_file import SCHEMA
 from ddpsim.collectives import ProtocolTable
 from ddpsim.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
 from ddpsim.errors import ScenarioError
 from ddpsim.measurements import AllReduceSample
 
-SCHEMA = "ddpsim.calibration/1"
 # calibration link class -> the topology's transport name for a hop of that class
 TRANSPORT_OF_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "net", "pcie": "pci", "net": "net"}
 MIN_FIT_BYTES = 4096

@@ -59,17 +59,17 @@ def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
         raise ScenarioError(
             f"has no fit for link class '{link_class}' (it has: {known})", file=path, field="link_classes"
         )
+    where = f"link_classes.{link_class}"
     intra = replace(
         scenario.cluster.intra_node,
-        bandwidth_Bps=float(fitted["bandwidth_Bps"]),
-        latency_s=float(fitted["latency_s"]),
+        bandwidth_Bps=_number(fitted, "bandwidth_Bps", path, where, positive=True),
+        latency_s=_number(fitted, "latency_s", path, where),
     )
     overheads = scenario.overheads
     fitted_overheads = data.get("overheads", {}).get(link_class)
     if fitted_overheads:
         fitted_overheads = fitted_overheads.get("by_world_size", {}).get(str(scenario.cluster.world_size), fitted_overheads)
-        known = {f.name for f in fields(OverheadSpec)}
-        overheads = replace(overheads, **{k: v for k, v in fitted_overheads.items() if k in known})
+        overheads = replace(overheads, **_overheads(fitted_overheads, path, f"overheads.{link_class}"))
     cluster = replace(scenario.cluster, intra_node=intra)
     collective = scenario.collective
     if collective.algorithm == "auto" and fitted.get("algorithm") and scenario.cluster.nodes == 1:
@@ -77,6 +77,31 @@ def apply_calibration(scenario: Scenario) -> tuple[Scenario, Any]:
         collective = replace(collective, algorithm=str(fitted["algorithm"]))
     protocol_table = _protocol_table(fitted.get("protocol_table"), path)
     return replace(scenario, cluster=cluster, overheads=overheads, collective=collective), protocol_table
+
+
+def _number(entry: dict[str, Any], key: str, path: str, where: str, positive: bool = False) -> float:
+    value = entry.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0 or (positive and value == 0):
+        expected = "a positive number" if positive else "a number >= 0"
+        raise ScenarioError(f"expected {expected}, got {value!r}", file=path, field=f"{where}.{key}")
+    return float(value)
+
+
+def _overheads(entry: dict[str, Any], path: str, where: str) -> dict[str, Any]:
+    """The fitted overhead terms, checked as strictly as the scenario's own ``overheads`` section."""
+    known = {f.name for f in fields(OverheadSpec)}
+    values: dict[str, Any] = {}
+    for key in known & set(entry):
+        value = entry[key]
+        if key == "max_inflight_buckets":
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ScenarioError(f"expected null or an integer >= 1, got {value!r}", file=path, field=f"{where}.{key}")
+            values[key] = value
+        elif key == "copy_bandwidth_Bps" and value is None:
+            values[key] = None
+        else:
+            values[key] = _number(entry, key, path, where, positive=key == "copy_bandwidth_Bps")
+    return values
 
 
 def _protocol_table(data: Any, path: str) -> Any:

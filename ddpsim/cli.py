@@ -104,6 +104,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"ddpsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OSError as exc:
+        # an output path that cannot be written (a file where a folder should be, no permission)
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"ddpsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except BrokenPipeError:
         return 0
 

@@ -126,8 +126,10 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
                 json.dump(rec.to_dict(), handle, indent=2)
         plot_path = os.path.join(args.out, "bucket_cap.png")
     else:
+        # without --out the plot lands in the current folder, except for --json (stdout is the result)
         plot_path = "tune-buckets.png"
-        plot_curve(rec, plot_path)
+        if not args.json:
+            plot_curve(rec, plot_path)
     if args.json:
         print(json.dumps(rec.to_dict(), indent=2))
         return 0
@@ -170,7 +172,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     "Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step.\n\n"
                     "![scaling efficiency](scaling_efficiency.png)\n"
                 )
-    else:
+    elif not args.json:
         plot_scaling(study, plot_path)
     if args.json:
         print(json.dumps(study.to_dict(), indent=2))
@@ -204,7 +206,7 @@ def cmd_variability(args: argparse.Namespace) -> int:
             plot_variability(study, os.path.join(staging, "step_time_histogram.png"))
             with open(os.path.join(staging, "variability.json"), "w", encoding="utf-8") as handle:
                 json.dump(study.to_dict(), handle, indent=2)
-    else:
+    elif not args.json:
         plot_variability(study, plot_path)
     if args.json:
         print(json.dumps(study.to_dict(), indent=2))

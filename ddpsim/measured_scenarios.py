@@ -20,10 +20,6 @@ def catalog_gpu(fingerprint_name: str) -> str:
     return fingerprint_name
 
 
-def profile_path(profiles: dict[str, str], model: str) -> str | None:
-    return profiles.get(model)
-
-
 def run_scenario(
     run: dict[str, Any],
     profile: str,

@@ -109,7 +109,11 @@ def read_ddp_runs(path: str) -> list[dict[str, Any]]:
             continue
         for key in ("model", "transport"):
             _field(record, key, str, path, where)
+        if record["transport"] not in TRANSPORT_TO_LINK_CLASS:
+            known = ", ".join(TRANSPORT_TO_LINK_CLASS)
+            raise ScenarioError(f"unknown transport {record['transport']!r} (known: {known})", file=path, field=f"{where}.transport")
         _field(record, "world_size", int, path, where)
+        _field(record, "bucket_cap_mb", (int, float), path, where)
         _field(record, "step_s_median", (int, float), path, where)
         runs.append({**record, "_source": os.path.abspath(path)})
     return runs

@@ -32,7 +32,13 @@ class LinkRecord:
 
 @dataclass
 class Result:
-    """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract."""
+    """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract.
+
+    ``step_time_s`` is the median over the simulated iterations (``step_times_s``), each measured
+    from the end of the previous step on the slowest rank. The breakdown (forward, backward,
+    communication, buckets) is rank 0's last step, and with gradient accumulation its last
+    micro-step; ``compute_only_s`` is the whole step's compute: every micro-step plus the optimizer.
+    """
 
     scenario: str
     model: str

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+import statistics
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -254,6 +255,9 @@ def _result(
     sc, workload = prep.scenario, prep.workload
     world = sc.cluster.world_size
     iterations = sc.simulation.iterations
+    if any(len(rank_traces) < iterations for rank_traces in traces.values()):
+        # a rank that never finished its steps means the processes deadlocked: a modelling bug
+        raise RuntimeError("simulation ended before every rank finished its steps")
     ends = [max(traces[r][i].step_end_s for r in traces) for i in range(iterations)]
     step_times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, iterations)]
     critical = max(traces, key=lambda r: traces[r][-1].backward_compute_end_s)
@@ -275,7 +279,7 @@ def _result(
         )
         for b in prep.buckets
     ]
-    step_time = sorted(step_times)[len(step_times) // 2] if iterations > 1 else step_times[0]
+    step_time = statistics.median(step_times)
     samples = workload.batch_size * sc.ddp.grad_accumulation_steps * world
     memory = memory_per_gpu(workload, gradient_as_bucket_view=sc.ddp.gradient_as_bucket_view)
     warnings = []
@@ -318,7 +322,8 @@ def _result(
         optimizer_s=prep.compute.optimizer_s,
         comm_time_s=sum(b - a for a, b in comm),
         exposed_comm_s=_exposed(comm, compute) if world > 1 else 0.0,
-        compute_only_s=prep.compute.forward_s + prep.compute.backward_s + prep.compute.optimizer_s,
+        compute_only_s=sc.ddp.grad_accumulation_steps * (prep.compute.forward_s + prep.compute.backward_s)
+        + prep.compute.optimizer_s,
         copy_s=copy_s,
         buckets=buckets,
         links=links,

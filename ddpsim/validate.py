@@ -14,7 +14,6 @@ from typing import Any
 
 from ddpsim.advisor import pick_cap
 from ddpsim.calibration_file import link_entry, read_calibration
-from ddpsim.ddp.buckets import bucket_layout
 from ddpsim.errors import ScenarioError
 from ddpsim.measured_scenarios import run_label, run_scenario
 from ddpsim.measurements import AllReduceSample, find_data_files, read_ddp_runs, read_harness_allreduce
@@ -184,17 +183,15 @@ def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     return out
 
 
-def _layout_mismatch(run: dict[str, Any], scenario: Any) -> str | None:
-    from ddpsim.simulation import prepare
-
+def _layout_mismatch(run: dict[str, Any], prep: Any) -> str | None:
+    """None when the run logged no layout; "" when the predicted layout equals it; else a description."""
     measured = run.get("bucket_param_indices")
     if not measured:
         return None
-    prep = prepare(scenario)
-    predicted = [list(b.param_indices) for b in bucket_layout(prep.workload.params, prep.compute.ready_order, scenario.ddp)]
+    predicted = [list(b.param_indices) for b in prep.buckets]
     if [list(map(int, b)) for b in measured] == predicted:
         return ""
-    sizes = [sum(prep.workload.params[i].bytes for i in b) for b in predicted]
+    sizes = [b.grad_bytes for b in prep.buckets]
     return f"{run_label(run)}: predicted {len(predicted)} buckets {sizes[:4]}..., measured {len(measured)} {run.get('bucket_sizes_bytes', [])[:4]}..."
 
 
@@ -206,7 +203,7 @@ def validate(
     max_allreduce_error_pct: float = 10.0,
     min_recommendation_share: float = 0.9,
 ) -> Validation:
-    from ddpsim.simulation import simulate
+    from ddpsim.simulation import prepare, simulate
 
     calibration = read_calibration(calibration_path)
     subset = calibration.get("calibration_subset", {})
@@ -228,8 +225,8 @@ def validate(
             f"{fp.get('gpu_count', run['world_size'])} x {fp.get('gpu_name', '?')}, driver {fp.get('driver', '?')}, "
             f"torch {fp.get('torch', '?')}, NCCL {fp.get('nccl', '?')}"
         )
-        scenario = run_scenario(run, profiles[run["model"]], calibration_path)
-        predicted = simulate(scenario).step_time_s
+        prep = prepare(run_scenario(run, profiles[run["model"]], calibration_path))
+        predicted = simulate(prep).step_time_s
         rows.append(
             RunRow(
                 model=run["model"],
@@ -244,7 +241,7 @@ def validate(
                 launch_id=str(run.get("launch_id", "")),
             )
         )
-        mismatch = _layout_mismatch(run, scenario)
+        mismatch = _layout_mismatch(run, prep)
         if mismatch is not None:
             checked += 1
             if mismatch:
@@ -252,7 +249,8 @@ def validate(
     result = Validation(
         rows=rows,
         allreduce=_check_allreduce(samples, calibration_path),
-        recommendation=_recommendations(rows),
+        # only held-out runs: the calibration subset's step times were fitted
+        recommendation=_recommendations([r for r in rows if r.held_out]),
         layouts_checked=checked,
         layout_mismatches=mismatches,
         fingerprints=sorted(fingerprints),

@@ -76,3 +76,15 @@ def test_fp16_hook_halves_wire_bytes():
     params = [ParamTensor("w", 1000), ParamTensor("b", 10)]
     layout = bucket_layout(params, [1, 0], DDPSpec(bucket_cap_mb=25, comm_hook="fp16"))
     assert layout[0].grad_bytes == 4040 and layout[0].wire_bytes == 2020
+
+
+def test_first_iteration_is_one_bucket_per_dtype_in_reverse_order():
+    import sys
+
+    from ddpsim.ddp.buckets import first_iteration_layout
+
+    params = [ParamTensor("a", 10), ParamTensor("h", 10, "float16"), ParamTensor("b", 2_000_000)]
+    layout = first_iteration_layout(params, DDPSpec(bucket_cap_mb=1))
+    expected = list(reversed(_torch_assignment(params, [sys.maxsize])))
+    assert [list(b.param_indices) for b in layout] == expected
+    assert len(layout) == 2

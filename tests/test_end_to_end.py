@@ -122,6 +122,34 @@ def test_grad_accumulation_adds_compute_only_micro_steps():
     one, four = simulate(base), simulate(accumulated)
     micro = one.compute_only_s - one.optimizer_s
     assert four.step_time_s == pytest.approx(one.step_time_s + 3 * micro, rel=1e-9)
+    assert four.compute_only_s == pytest.approx(4 * micro + one.optimizer_s, rel=1e-12)
+
+
+def test_grad_accumulation_with_communication_adds_only_compute():
+    from dataclasses import replace
+
+    base = _scenario(nodes=1, gpus_per_node=4)
+    accumulated = replace(base, ddp=replace(base.ddp, grad_accumulation_steps=3))
+    one, three = simulate(base), simulate(accumulated)
+    # no_sync micro-steps: plain forward + backward, no copies, hooks, communication or slowdown
+    micro = one.compute_only_s - one.optimizer_s
+    assert three.step_time_s == pytest.approx(one.step_time_s + 2 * micro, rel=1e-6)
+    assert three.comm_time_s == pytest.approx(one.comm_time_s, rel=1e-9)
+
+
+def test_link_busy_time_is_bytes_over_bandwidth_on_a_two_gpu_ring():
+    from ddpsim.collectives import ProtocolTable
+
+    scenario = _scenario(nodes=1, gpus_per_node=2, mode="fast")
+    from dataclasses import replace
+
+    scenario = replace(scenario, collective=replace(scenario.collective, algorithm="ring", protocol="simple"))
+    result = simulate(scenario)
+    # a 2-GPU ring sends 2(n-1)/n = 1 x the bucket over each GPU's link to the switch, each way
+    efficiency = ProtocolTable().efficiency("simple", "nvlink")
+    expected = sum(b.bytes for b in result.buckets) / (100e9 * efficiency)
+    for link in result.links:
+        assert link.busy_s == pytest.approx(expected, rel=1e-9)
 
 
 def test_link_busy_time_agrees_between_modes_and_with_bytes_over_bandwidth():

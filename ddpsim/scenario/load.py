@@ -6,7 +6,6 @@ import copy
 import difflib
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import replace
 from typing import Any
 
 import yaml
@@ -198,7 +197,7 @@ def _intra(r: _Reader) -> IntraNodeSpec:
     )
 
 
-def _inter(r: _Reader, gpus_per_node: int) -> InterNodeSpec:
+def _inter(r: _Reader) -> InterNodeSpec:
     kind = r.choice("type", INTER_NODE_TYPES, "rail-fat-tree")
     oversubscription = r.number("oversubscription", 1.0, positive=True)
     if oversubscription < 1:
@@ -254,7 +253,7 @@ def _cluster(r: _Reader) -> ClusterSpec:
         nodes=nodes,
         gpus_per_node=gpus_per_node,
         intra_node=_intra(r.section("intra_node", _INTRA_KEYS)),
-        inter_node=_inter(r.section("inter_node", _INTER_KEYS), gpus_per_node),
+        inter_node=_inter(r.section("inter_node", _INTER_KEYS)),
         topology=topology,
     )
 
@@ -264,7 +263,9 @@ def _ddp(r: _Reader) -> DDPSpec:
     if cap == "default":
         cap = None
     if cap is not None:
-        if isinstance(cap, str):
+        if isinstance(cap, str) and _is_plain_number(cap):
+            cap = float(cap)  # "5" means 5 MiB, as a bare 5 does
+        elif isinstance(cap, str):
             try:
                 cap = parse_size_bytes(cap) / (1024 * 1024)
             except UnitError as exc:
@@ -281,6 +282,14 @@ def _ddp(r: _Reader) -> DDPSpec:
         grad_accumulation_steps=r.integer("grad_accumulation_steps", 1, minimum=1),
         broadcast_buffers=r.boolean("broadcast_buffers", True),
     )
+
+
+def _is_plain_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _overheads(r: _Reader) -> OverheadSpec:
@@ -397,7 +406,3 @@ def load_scenario(path: str, overrides: Iterable[str] = ()) -> Scenario:
     """Read a scenario file, apply ``--set`` overrides, validate, and return it in SI units."""
     data = apply_overrides(read_scenario_dict(path), overrides, path)
     return scenario_from_dict(data, file=path, base_dir=os.path.dirname(os.path.abspath(path)))
-
-
-def with_changes(scenario: Scenario, **sections: Any) -> Scenario:
-    return replace(scenario, **sections)
