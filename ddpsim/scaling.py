@@ -123,8 +123,8 @@ def scaling_study(
     per_gpu_base = base_result.samples_per_s / base_result.world_size
     points = [_point(n, results[n], per_gpu_base, price) for n in counts]
     warnings = [
-        f"{p.nodes} node(s): {p.memory_per_gpu_bytes / 1e9:.1f} GB per GPU needed, "
-        f"{p.gpu_memory_bytes / 1e9:.0f} GB available: DOES NOT FIT"
+        f"{p.nodes} node(s): {p.memory_per_gpu_bytes / 2**30:.1f} GiB per GPU needed, "
+        f"{p.gpu_memory_bytes / 2**30:.0f} GiB available: DOES NOT FIT"
         for p in points
         if not p.fits_in_memory
     ]
@@ -148,7 +148,7 @@ def scaling_table(study: ScalingStudy, markdown: bool = False) -> str:
         row += [f"{100 * p.efficiency:.1f}%", f"{100 * p.comm_fraction:.1f}%"]
         if study.price_per_gpu_hour is not None:
             row.append(f"{p.cost_per_million:,.4g}" if p.cost_per_million is not None else "-")
-        memory = f"{p.memory_per_gpu_bytes / 1e9:.1f} / {p.gpu_memory_bytes / 1e9:.0f} GB"
+        memory = f"{p.memory_per_gpu_bytes / 2**30:.1f} / {p.gpu_memory_bytes / 2**30:.0f} GiB"
         row.append(memory if p.fits_in_memory else f"{memory} DOES NOT FIT")
         rows.append(row)
     return table(headers, rows, markdown)

@@ -286,8 +286,8 @@ def _result(
     fits = memory["total"] <= prep.gpu.memory_bytes
     if not fits:
         warnings.append(
-            f"plain DDP does not fit: {memory['total'] / 1e9:.1f} GB needed per GPU, "
-            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 1e9:.0f} GB (shard with FSDP/ZeRO)"
+            f"plain DDP does not fit: {memory['total'] / 2**30:.1f} GiB needed per GPU, "
+            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 2**30:.0f} GiB (shard with FSDP/ZeRO)"
         )
     links: list[LinkRecord] = []
     if world > 1:

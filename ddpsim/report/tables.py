@@ -61,7 +61,7 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
     rows.append(
         (
             "memory per GPU",
-            f"{result.memory_bytes.get('total', 0) / 1e9:.1f} GB of {result.gpu_memory_bytes / 1e9:.0f} GB"
+            f"{result.memory_bytes.get('total', 0) / 2**30:.1f} GiB of {result.gpu_memory_bytes / 2**30:.0f} GiB"
             + ("" if result.fits_in_memory else "  DOES NOT FIT"),
         )
     )
