@@ -118,3 +118,25 @@ def test_importing_the_harness_models_agrees_with_the_zoo(factory, zoo_name, bat
     # The zoo also costs the loss, which runs outside the module the importer sees.
     fwd_bytes = [sum(la.forward_bytes for la in w.layers) for w in (imported, zoo)]
     assert fwd_bytes[0] == pytest.approx(fwd_bytes[1], rel=0.15)
+
+
+def test_missing_torch_names_the_extra(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_torch(name, *args, **kwargs):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError("No module named 'torch'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "workload: {model: 'torch:tests.fixtures_models:tiny_mlp', batch_size: 2}\ncluster: {gpu: H100-SXM}\n"
+    )
+    from ddpsim.cli import main
+
+    assert main(["run", str(scenario)]) == 2
+    err = capsys.readouterr().err
+    assert "pip install 'ddpsim[torch]'" in err and "workload.model" in err and str(scenario) in err
