@@ -313,7 +313,7 @@ def register(sub) -> None:
 
     val = sub.add_parser("validate", help="predict held-out measured runs and fail beyond tolerance")
     val.add_argument("data_dir")
-    val.add_argument("--calibration", required=True)
+    val.add_argument("--calibration", help="calibration JSON (omit: the scenario defaults, uncalibrated)")
     val.add_argument("--max-mape", type=float, default=5.0, help="max mean absolute %% error per transport")
     val.add_argument("--max-error", type=float, default=15.0, help="max %% error of any held-out run")
     val.add_argument("--max-allreduce-error", type=float, default=10.0)

@@ -197,18 +197,19 @@ def _layout_mismatch(run: dict[str, Any], prep: Any) -> str | None:
 
 def validate(
     data_dir: str,
-    calibration_path: str,
+    calibration_path: str | None,
     max_mape_pct: float = 5.0,
     max_error_pct: float = 15.0,
     max_allreduce_error_pct: float = 10.0,
     min_recommendation_share: float = 0.9,
 ) -> Validation:
+    """Predict the measured runs; without a calibration, with the scenario defaults (all runs held out)."""
     from ddpsim.simulation import prepare, simulate
 
-    calibration = read_calibration(calibration_path)
+    calibration = read_calibration(calibration_path) if calibration_path is not None else {}
     subset = calibration.get("calibration_subset", {})
     calibration_data_dir = calibration.get("data_dir")
-    if calibration_data_dir is not None and not os.path.isabs(calibration_data_dir):
+    if calibration_data_dir is not None and calibration_path is not None and not os.path.isabs(calibration_data_dir):
         # stored relative to the calibration file's folder, so the pair can move together
         calibration_data_dir = os.path.join(os.path.dirname(os.path.abspath(calibration_path)), calibration_data_dir)
     runs, profiles, samples = load_measurements(data_dir)
@@ -248,7 +249,7 @@ def validate(
                 mismatches.append(mismatch)
     result = Validation(
         rows=rows,
-        allreduce=_check_allreduce(samples, calibration_path),
+        allreduce=_check_allreduce(samples, calibration_path) if calibration_path is not None else [],
         # only held-out runs: the calibration subset's step times were fitted
         recommendation=_recommendations([r for r in rows if r.held_out]),
         layouts_checked=checked,
