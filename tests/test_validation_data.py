@@ -80,7 +80,7 @@ def test_other_campaigns_are_fully_held_out(capsys, folder, runs, mape, max_erro
 def test_uncalibrated_predictions_use_the_scenario_defaults(capsys):
     # no calibration: link bandwidths from the intra-node presets, overheads from the defaults;
     # every run counts as held out and there is no all-reduce fit to check
-    code = main(["validate", DATA, "--json", "--max-mape", "9", "--max-error", "32", "--min-recommendation-share", "0.6"])
+    code = main(["validate", DATA, "--json", "--max-mape", "12", "--max-error", "32", "--min-recommendation-share", "0.6"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0, report["failures"]
     assert all(r["held_out"] for r in report["runs"]) and report["allreduce"] == []
