@@ -33,6 +33,7 @@ OVERHEAD_GRIDS: dict[str, tuple[Any, ...]] = {
     "max_inflight_buckets": (None, 1, 2, 3, 4, 6, 8),
     "buffer_sync_s": (0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 5e-3),
     "bucket_cpu_s": (0.0, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6),
+    "allreduce_stretch": (1.0, 1.1, 1.25, 1.5, 1.75, 2.0, 2.5, 3.0),
 }
 START_OVERHEADS: dict[str, Any] = {
     "bucket_launch_s": 10e-6,
@@ -41,6 +42,7 @@ START_OVERHEADS: dict[str, Any] = {
     "max_inflight_buckets": None,
     "buffer_sync_s": 0.0,
     "bucket_cpu_s": 0.0,
+    "allreduce_stretch": 1.0,
 }
 
 

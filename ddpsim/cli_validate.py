@@ -124,14 +124,16 @@ def _print_calibration(links: dict, overheads: dict) -> None:
                         f"{o['bucket_launch_s'] * 1e6:.0f}",
                         f"{o['compute_slowdown']:.2f}",
                         f"{o['comm_slowdown']:.1f}",
+                        f"{o.get('allreduce_stretch', 1.0):.2f}",
+                        f"{o.get('bucket_cpu_s', 0.0) * 1e6:.0f}",
                         str(o["max_inflight_buckets"]),
                         f"{o['buffer_sync_s'] * 1e3:.1f}",
                         f"{o['calibration_mape_pct']:.1f}",
                         o["calibration_runs"],
                     )
                 )
-        headers = ("link class", "GPUs", "launch us", "compute slowdown", "comm slowdown", "max in flight",
-                   "buffer sync ms", "calib MAPE %", "runs")
+        headers = ("link class", "GPUs", "launch us", "compute slowdown", "comm slowdown", "all-reduce stretch",
+                   "bucket cpu us", "max in flight", "buffer sync ms", "calib MAPE %", "runs")
         print(table(headers, rows))
 
 

@@ -184,7 +184,11 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     sim = sc.simulation
     per_rank = mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
     ranks = list(range(world)) if per_rank else [0]
-    rendezvous = Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown) if world > 1 else None
+    rendezvous = (
+        Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown, sc.overheads.allreduce_stretch)
+        if world > 1
+        else None
+    )
     rng = random.Random(sim.seed)
     sigma = math.sqrt(math.log1p(sim.jitter_cv**2)) if sim.jitter_cv > 0 else 0.0
     bucket_of_param = {p: b.index for b in prep.buckets for p in b.param_indices}

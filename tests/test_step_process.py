@@ -101,3 +101,36 @@ def test_compute_runs_slower_while_all_reduce_is_in_flight():
     trace = _run(_costs([(1.0, (1,)), (3.0, (0,))], 2, 2, compute_slowdown=1.0), buckets)[0]
     # 1.5 s of wall time at half speed does 0.75 s of work; 2.25 s remain at full speed
     assert abs(trace.backward_compute_end_s - (2.0 + 1.5 + 2.25)) < 1e-12
+
+
+def test_allreduce_stretch_lengthens_every_all_reduce():
+    buckets = [_bucket(0, [0])]
+    env = simpy.Environment()
+
+    def runner(env_, bucket):
+        yield env_.timeout(2.0)
+
+    rendezvous = Rendezvous(env, 1, runner, allreduce_stretch=1.5)
+    trace = RankTrace()
+    env.process(rank_step(env, 0, _costs([(1.0, (0,))], 1, 1), buckets, {0: 0}, rendezvous, trace))
+    env.run()
+    # launched at 2.0 (forward 1 + backward 1), nothing computes beside it: 2.0 x 1.5 = 3.0 s
+    assert trace.bucket_end_s[0] == pytest.approx(5.0, rel=1e-12)
+    assert trace.step_end_s == pytest.approx(5.5, rel=1e-12)
+
+
+def test_comm_slowdown_only_while_compute_runs():
+    # bucket 0 is reduced from t=2 while a 1 s backward segment still runs: half speed for 1 s
+    buckets = [_bucket(0, [1]), _bucket(1, [0])]
+    env = simpy.Environment()
+
+    def runner(env_, bucket):
+        yield env_.timeout(2.0 if bucket.index == 0 else 0.5)
+
+    rendezvous = Rendezvous(env, 1, runner, comm_slowdown=1.0)
+    trace = RankTrace()
+    costs = _costs([(1.0, (1,)), (1.0, (0,))], 2, 2)
+    env.process(rank_step(env, 0, costs, buckets, {0: 1, 1: 0}, rendezvous, trace))
+    env.run()
+    # 2.0 s of all-reduce work: 1 s at half speed (0.5 done) while compute runs, then 1.5 s alone
+    assert trace.bucket_end_s[0] == pytest.approx(2.0 + 1.0 + 1.5, rel=1e-12)

@@ -54,6 +54,7 @@ _SECTIONS = {
         "max_inflight_buckets",
         "buffer_sync",
         "bucket_cpu",
+        "allreduce_stretch",
     },
     "simulation": {
         "mode",
@@ -284,6 +285,13 @@ def _ddp(r: _Reader) -> DDPSpec:
     )
 
 
+def _at_least_one(r: _Reader, key: str, default: float) -> float:
+    value = r.number(key, default, positive=True)
+    if value < 1:
+        raise r.error(key, f"is a factor >= 1, got {value}")
+    return value
+
+
 def _is_plain_number(text: str) -> bool:
     try:
         float(text)
@@ -300,6 +308,7 @@ def _overheads(r: _Reader) -> OverheadSpec:
         copy_bandwidth_Bps=copy_bw,
         compute_slowdown=r.number("compute_slowdown", defaults.compute_slowdown),
         comm_slowdown=r.number("comm_slowdown", defaults.comm_slowdown),
+        allreduce_stretch=_at_least_one(r, "allreduce_stretch", defaults.allreduce_stretch),
         max_inflight_buckets=r.integer("max_inflight_buckets", minimum=1),
         buffer_sync_s=r.quantity("buffer_sync", parse_time_s, defaults.buffer_sync_s, positive=False),
         bucket_cpu_s=r.quantity("bucket_cpu", parse_time_s, defaults.bucket_cpu_s, positive=False),

@@ -137,6 +137,8 @@ class OverheadSpec:
     compute_slowdown: fraction by which compute runs slower while an all-reduce occupies SMs.
     comm_slowdown: fraction by which an all-reduce runs slower while compute kernels hold the SMs
       (measured inside real DDP steps: several times slower on NVLink than the same call alone).
+    allreduce_stretch: every all-reduce inside DDP takes this many times what the network alone
+      delivers, with or without compute beside it.
     max_inflight_buckets: the launch path blocks once this many all-reduces are outstanding
       (None: never blocks).
     bucket_cpu_s: time the thread running backward spends launching each bucket's all-reduce; it
@@ -149,6 +151,7 @@ class OverheadSpec:
     copy_bandwidth_Bps: float | None = None
     compute_slowdown: float = 1.0
     comm_slowdown: float = 0.0
+    allreduce_stretch: float = 1.0
     max_inflight_buckets: int | None = None
     bucket_cpu_s: float = 0.0
     buffer_sync_s: float = 0.0
