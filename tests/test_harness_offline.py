@@ -201,3 +201,31 @@ def test_campaign_fresh_removes_only_harness_results(tmp_path, monkeypatch, caps
     # an empty or missing DIR needs no --fresh
     assert campaign.existing_results(str(tmp_path)) == []
     assert campaign.existing_results(str(tmp_path / "missing")) == []
+
+
+def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, monkeypatch):
+    # the worker's sweep mode as torchrun would start it, on CPU with gloo and one rank
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    real_run = worker.ddp_run
+
+    def flaky(spec, cap, *args, **kwargs):
+        if cap == 5:
+            raise RuntimeError("CUDA out of memory (simulated)")
+        return real_run(spec, cap, *args, **kwargs)
+
+    monkeypatch.setattr(worker, "ddp_run", flaky)
+    out = tmp_path / "launch"
+    argv = ["--mode", "sweep", "--out", str(out), "--transport", "socket", "--models", "tiny-mlp",
+            "--caps", "1,5,25", "--no-timing-run", "--skip-allreduce", "--warmup", "2", "--steps", "2",
+            "--nosync-steps", "1"]
+    assert worker.main(argv) == 0
+    records = [json.loads(line) for line in (out / "ddp_runs.jsonl").read_text().splitlines()]
+    by_cap = {r["bucket_cap_mb"]: r for r in records}
+    assert sorted(by_cap) == [1, 5, 25]
+    assert by_cap[5]["status"] == "failed" and "out of memory" in by_cap[5]["error"]
+    assert by_cap[1]["status"] == by_cap[25]["status"] == "ok"
+    assert all(r["fingerprint"]["transport"] == "socket" for r in records)
