@@ -128,8 +128,10 @@ class CollectiveSpec:
 class OverheadSpec:
     """DDP costs beyond compute and wire time; defaults are used until a calibration replaces them.
 
-    The defaults are what ``ddpsim calibrate`` fitted on 4 x H200 over NVLink (validation/data,
-    caps 5 and 50, all world sizes); an uncalibrated prediction for another machine starts there.
+    The defaults of ``bucket_launch_s`` (40 us) and ``compute_slowdown`` (1.0) are what ``ddpsim
+    calibrate`` fitted on 4 x H200 over NVLink (validation/data, caps 5 and 50, both world sizes);
+    the other terms default to "no effect": the same fit's in-flight limit (1) and buffer sync (2 ms)
+    describe that machine and ResNet-50's BatchNorm buffers more than DDP in general.
 
     bucket_launch_s: CPU + kernel launch cost of one bucket's all-reduce on the comm stream.
     copy_bandwidth_Bps: device-memory bandwidth of the gradient copies into and out of buckets
