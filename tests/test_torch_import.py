@@ -15,16 +15,7 @@ from ddpsim.errors import ScenarioError  # noqa: E402
 from ddpsim.scenario.schema import WorkloadSpec  # noqa: E402
 from ddpsim.workload.resolve import load_workload  # noqa: E402
 from ddpsim.workload.torch_import import import_torch_model  # noqa: E402
-
-
-def ddp_order(model):
-    seen, out = set(), []
-    for mname, mod in model.named_modules():
-        for pname, p in mod.named_parameters(recurse=False):
-            if p.requires_grad and id(p) not in seen:
-                seen.add(id(p))
-                out.append((f"{mname}.{pname}" if mname else pname, p.numel()))
-    return out
+from tests.test_zoo import ddp_order  # noqa: E402
 
 
 def total_flops(model, x):
