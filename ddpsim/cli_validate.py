@@ -41,7 +41,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         read_ddp_runs,
         read_harness_allreduce,
     )
-    from ddpsim.validate import _profiles, in_calibration_subset
+    from ddpsim.validate import in_calibration_subset, profiles_by_model
 
     samples = []
     files = {"allreduce": [], "ddp_runs": [], "profiles": []}
@@ -58,7 +58,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     runs = [r for path in files["ddp_runs"] for r in read_ddp_runs(path) if in_calibration_subset(r, subset)]
     runs = [r for r in runs if not r.get("comm_hook")]
     if runs and not args.links_only:
-        profiles = _profiles(files["profiles"])
+        profiles = profiles_by_model(files["profiles"])
         staging = args.out + ".links.tmp"
         write_calibration(staging, links, {}, {})
         try:

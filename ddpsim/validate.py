@@ -15,6 +15,7 @@ from typing import Any
 from ddpsim.advisor import pick_cap
 from ddpsim.calibration_file import link_entry, read_calibration
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import read_json_object
 from ddpsim.measured_scenarios import run_label, run_scenario
 from ddpsim.measurements import AllReduceSample, find_data_files, read_ddp_runs, read_harness_allreduce
 
@@ -78,16 +79,11 @@ class Validation:
         return not self.failures
 
 
-def _profiles(paths: Sequence[str]) -> dict[str, str]:
-    import json
-
+def profiles_by_model(paths: Sequence[str]) -> dict[str, str]:
+    """Model name -> profile path, for the harness's ``profiles/*.json``."""
     profiles = {}
     for path in paths:
-        try:
-            with open(path, encoding="utf-8") as handle:
-                model = json.load(handle).get("model")
-        except (OSError, ValueError):
-            raise ScenarioError("unreadable profile", file=path) from None
+        model = read_json_object(path, "profile").get("model")
         if isinstance(model, str):
             profiles[model] = path
     return profiles
@@ -111,16 +107,15 @@ def load_measurements(data_dir: str) -> tuple[list[dict[str, Any]], dict[str, st
         raise ScenarioError("no ddp_runs.jsonl under this folder", file=data_dir)
     runs = [run for path in files["ddp_runs"] for run in read_ddp_runs(path)]
     samples = [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
-    return runs, _profiles(files["profiles"]), samples
+    return runs, profiles_by_model(files["profiles"]), samples
 
 
-def _check_allreduce(samples: Sequence[AllReduceSample], calibration_path: str) -> list[AllReduceRow]:
+def _check_allreduce(samples: Sequence[AllReduceSample], calibration: dict[str, Any]) -> list[AllReduceRow]:
     from ddpsim.collectives import CollectiveModel, ProtocolTable
     from ddpsim.measurements import INTRA_TYPE_OF_TRANSPORT
     from ddpsim.scenario.load import scenario_from_dict
     from ddpsim.topology import build_topology
 
-    calibration = read_calibration(calibration_path)
     rows = []
     models: dict[tuple[str, int], Any] = {}
     for sample in samples:
@@ -249,7 +244,7 @@ def validate(
                 mismatches.append(mismatch)
     result = Validation(
         rows=rows,
-        allreduce=_check_allreduce(samples, calibration_path) if calibration_path is not None else [],
+        allreduce=_check_allreduce(samples, calibration) if calibration_path is not None else [],
         # only held-out runs: the calibration subset's step times were fitted
         recommendation=_recommendations([r for r in rows if r.held_out]),
         layouts_checked=checked,
