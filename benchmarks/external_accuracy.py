@@ -11,7 +11,7 @@ import argparse
 import sys
 import warnings
 
-from ddpsim import external as ext
+from validation import external as ext
 
 
 def main() -> int:

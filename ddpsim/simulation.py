@@ -53,7 +53,7 @@ class Prepared:
 
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
-    from ddpsim.calibration_file import apply_calibration
+    from ddpsim.calibration.file import apply_calibration
     from ddpsim.collectives import CollectiveModel
     from ddpsim.topology import build_topology
 

@@ -7,8 +7,8 @@ import textwrap
 
 import pytest
 
-from ddpsim.advisor import DEFAULT_CANDIDATES_MB, MIN_GAIN_REL, pick_cap, recommend_bucket_cap
 from ddpsim.cli import main
+from ddpsim.planning.advisor import DEFAULT_CANDIDATES_MB, MIN_GAIN_REL, pick_cap, recommend_bucket_cap
 from ddpsim.scenario import load_scenario
 from ddpsim.simulation import simulate
 
@@ -133,7 +133,7 @@ def _result_with_buckets(sizes, durations, backward_end_s):
 
 
 def test_fixed_cost_is_the_intercept_and_drives_the_diagnosis():
-    from ddpsim.advisor import _fixed_cost_s, explain
+    from ddpsim.planning.advisor import _fixed_cost_s, explain
 
     # duration = 2 ms + bytes / 10 GB/s: the fitted per-call cost is 2 ms
     sizes = [1_000_000, 5_000_000, 20_000_000]

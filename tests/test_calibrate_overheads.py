@@ -6,9 +6,9 @@ from dataclasses import replace
 
 import pytest
 
-from ddpsim.calibrate import fit_links, fit_overheads, write_calibration
-from ddpsim.measured_scenarios import run_scenario
-from ddpsim.measurements import read_harness_allreduce
+from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
+from ddpsim.calibration.measured_scenarios import run_scenario
+from ddpsim.calibration.measurements import read_harness_allreduce
 from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

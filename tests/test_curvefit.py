@@ -2,7 +2,7 @@
 
 import pytest
 
-from ddpsim.curvefit import ProtocolFit, envelope_s, fit_protocols
+from ddpsim.calibration.curvefit import ProtocolFit, envelope_s, fit_protocols
 
 
 def test_recovers_three_protocol_envelope_exactly():

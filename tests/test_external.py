@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ddpsim import external as ext
+from validation import external as ext
 
 pytestmark = [
     pytest.mark.skipif(not ext.available(), reason="external data folder absent (set DDPSIM_EXTERNAL_DIR)"),

@@ -6,9 +6,9 @@ import os
 
 import pytest
 
+from ddpsim.calibration.measurements import read_harness_allreduce, read_nccl_tests
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
-from ddpsim.measurements import read_harness_allreduce, read_nccl_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26")

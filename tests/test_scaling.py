@@ -10,8 +10,8 @@ import pytest
 import ddpsim.simulation as simulate_module
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.planning.scaling import scaling_study, scaling_table
 from ddpsim.results import Result
-from ddpsim.scaling import scaling_study, scaling_table
 from ddpsim.scenario import load_scenario
 
 SCENARIO = textwrap.dedent(

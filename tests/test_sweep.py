@@ -13,9 +13,9 @@ import textwrap
 import pytest
 
 import ddpsim.simulation as simulate_module
-from ddpsim import sweep
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.planning import sweep
 from ddpsim.results import Result
 
 SCENARIO = textwrap.dedent(

@@ -12,12 +12,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpsim.advisor import pick_cap
-from ddpsim.calibration_file import link_entry, read_calibration
+from ddpsim.calibration.file import link_entry, read_calibration
+from ddpsim.calibration.measured_scenarios import run_label, run_scenario
+from ddpsim.calibration.measurements import (
+    AllReduceSample,
+    find_data_files,
+    read_ddp_runs,
+    read_harness_allreduce,
+)
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
-from ddpsim.measured_scenarios import run_label, run_scenario
-from ddpsim.measurements import AllReduceSample, find_data_files, read_ddp_runs, read_harness_allreduce
+from ddpsim.planning.advisor import pick_cap
 
 ALLREDUCE_CHECK_MIN_BYTES = 64 * 1024
 ALLREDUCE_CHECK_MAX_BYTES = 1 << 30
@@ -111,8 +116,8 @@ def load_measurements(data_dir: str) -> tuple[list[dict[str, Any]], dict[str, st
 
 
 def _check_allreduce(samples: Sequence[AllReduceSample], calibration: dict[str, Any]) -> list[AllReduceRow]:
+    from ddpsim.calibration.measurements import INTRA_TYPE_OF_TRANSPORT
     from ddpsim.collectives import CollectiveModel, ProtocolTable
-    from ddpsim.measurements import INTRA_TYPE_OF_TRANSPORT
     from ddpsim.scenario.load import scenario_from_dict
     from ddpsim.topology import build_topology
 

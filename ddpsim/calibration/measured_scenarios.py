@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ddpsim.measurements import INTRA_TYPE_OF_TRANSPORT
+from ddpsim.calibration.measurements import INTRA_TYPE_OF_TRANSPORT
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 

@@ -1,6 +1,6 @@
 """Capacity-planning subcommands: ``sweep``, ``tune-buckets``, ``scale`` and ``variability``.
 
-``ddpsim.cli`` finds this module and calls ``register``; each handler only parses arguments, calls the
+``ddpsim.cli.main`` calls ``register``; each handler only parses arguments, calls the
 library (sweep, advisor, scaling) and prints. A ``ScenarioError`` reaches ``cli.main``, which prints
 one line and exits 2.
 """
@@ -13,7 +13,7 @@ import os
 import sys
 from typing import Any
 
-from ddpsim.cli import add_scenario_args
+from ddpsim.cli.args import add_scenario_args
 from ddpsim.errors import ScenarioError
 
 EXIT_INTERRUPTED = 130
@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from ddpsim.sweep import run_sweep
+    from ddpsim.planning.sweep import run_sweep
 
     if args.workers is not None and args.workers < 1:
         raise ScenarioError(f"must be at least 1, got {args.workers}", field="--workers")
@@ -109,7 +109,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_buckets(args: argparse.Namespace) -> int:
-    from ddpsim.advisor import plot_curve, recommend_bucket_cap
+    from ddpsim.planning.advisor import plot_curve, recommend_bucket_cap
     from ddpsim.scenario import load_scenario
     from ddpsim.units import format_time
 
@@ -153,7 +153,7 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    from ddpsim.scaling import plot_scaling, scaling_study, scaling_table
+    from ddpsim.planning.scaling import plot_scaling, scaling_study, scaling_table
     from ddpsim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides)
@@ -187,7 +187,12 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 
 def cmd_variability(args: argparse.Namespace) -> int:
-    from ddpsim.scaling import plot_variability, variability_overrides, variability_study, variability_table
+    from ddpsim.planning.scaling import (
+        plot_variability,
+        variability_overrides,
+        variability_study,
+        variability_table,
+    )
     from ddpsim.scenario import load_scenario
 
     if args.iterations < 1:

@@ -15,11 +15,11 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ddpsim.calibration_file import SCHEMA
+from ddpsim.calibration.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
+from ddpsim.calibration.file import SCHEMA
+from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import ProtocolTable
-from ddpsim.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
 from ddpsim.errors import ScenarioError
-from ddpsim.measurements import AllReduceSample
 
 # calibration link class -> the topology's transport name for a hop of that class
 TRANSPORT_OF_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "net", "pcie": "pci", "net": "net"}
@@ -132,7 +132,7 @@ def fit_overheads(
     """Coordinate descent over ``OVERHEAD_GRIDS``, minimising mean absolute % error on ``runs``."""
     from dataclasses import replace
 
-    from ddpsim.measured_scenarios import run_scenario
+    from ddpsim.calibration.measured_scenarios import run_scenario
     from ddpsim.simulation import prepare, simulate
 
     runs = [r for r in runs if r["model"] in profiles]

@@ -21,7 +21,7 @@ def _parse_caps(text: str) -> list[float]:
 
 
 def _nccl_tests_arg(spec: str):
-    from ddpsim.measurements import read_nccl_tests
+    from ddpsim.calibration.measurements import read_nccl_tests
 
     parts = spec.split(":")
     if len(parts) not in (3, 4):
@@ -34,14 +34,14 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ddpsim.calibrate import fit_links, fit_overheads, write_calibration
-    from ddpsim.measurements import (
+    from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
+    from ddpsim.calibration.measurements import (
         TRANSPORT_TO_LINK_CLASS,
         find_data_files,
         read_ddp_runs,
         read_harness_allreduce,
     )
-    from ddpsim.validate import in_calibration_subset, profiles_by_model
+    from ddpsim.calibration.validate import in_calibration_subset, profiles_by_model
 
     samples = []
     files = {"allreduce": [], "ddp_runs": [], "profiles": []}
@@ -138,8 +138,8 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from ddpsim.calibration.validate import validate
     from ddpsim.report.tables import table
-    from ddpsim.validate import validate
 
     v = validate(
         args.data_dir,

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpsim.calibrate import fit_link_class
+from ddpsim.calibration.fit import fit_link_class
+from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import CollectiveModel, ProtocolTable
-from ddpsim.measurements import AllReduceSample
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology

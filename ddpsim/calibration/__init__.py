@@ -1,0 +1,1 @@
+"""Measured data in, a Calibration value out; validation of predictions against held-out runs."""

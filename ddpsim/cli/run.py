@@ -1,0 +1,67 @@
+"""``ddpsim run``: simulate one scenario and print (or write) its report."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from ddpsim.cli.args import add_scenario_args
+from ddpsim.results import Result
+
+
+def register(sub: Any) -> None:
+    run = sub.add_parser("run", help="simulate one DDP training step")
+    add_scenario_args(run)
+    run.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of every rank")
+    run.add_argument("--out", metavar="DIR", help="write result.json, timeline.png and summary.md")
+    run.set_defaults(handler=_cmd_run)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ddpsim.report.tables import bucket_table, summary_table
+    from ddpsim.scenario import load_scenario
+    from ddpsim.simulation import simulate
+
+    result = simulate(load_scenario(args.scenario, args.overrides))
+    if args.trace:
+        from ddpsim.outdir import atomic_write_text
+
+        atomic_write_text(args.trace, json.dumps(result.chrome_trace()))
+    if args.out:
+        _write_run_dir(result, args.out)
+    if args.json:
+        print(result.to_json())
+        return 0
+    print(summary_table(result))
+    print()
+    print(bucket_table(result))
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    if args.out:
+        print(f"\nwrote {os.path.join(args.out, 'result.json')}, timeline.png, summary.md")
+    return 0
+
+
+def _write_run_dir(result: Result, out: str) -> None:
+    from ddpsim.outdir import atomic_dir
+    from ddpsim.report.plots import timeline_png
+    from ddpsim.report.tables import bucket_table, summary_table
+
+    with atomic_dir(out) as staging:
+        with open(os.path.join(staging, "result.json"), "w", encoding="utf-8") as handle:
+            handle.write(result.to_json())
+        timeline_png(result, os.path.join(staging, "timeline.png"))
+        warnings = "".join(f"\n> **warning:** {w}\n" for w in result.warnings)
+        text = (
+            f"# ddpsim: {result.model} on {result.world_size} x {result.gpu}\n\n"
+            f"Scenario: `{result.scenario}`\n{warnings}\n## Summary\n\n{summary_table(result, markdown=True)}\n\n"
+            f"## Buckets (launch order)\n\n{bucket_table(result, markdown=True)}\n\n"
+            "![timeline](timeline.png)\n"
+        )
+        with open(os.path.join(staging, "summary.md"), "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+

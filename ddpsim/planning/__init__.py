@@ -1,0 +1,1 @@
+"""Capacity planning on top of the simulator: sweeps, the bucket-cap advisor, scaling and variability."""
