@@ -1,7 +1,13 @@
-"""Wire a Scenario into the event engine and return a Result. Seeds are passed in; no globals."""
+"""Wire a Scenario into the event engine and return a Result. Seeds are passed in; no globals.
+
+``prepare()`` is the resolve step: it builds the workload (reading a measured profile or importing a
+torch model, the only input it reads), the GPU, the buckets, the topology and the collective model,
+and applies the scenario's Calibration value. ``simulate()`` of a Prepared does no file I/O.
+"""
 
 from __future__ import annotations
 
+import copy
 import math
 import random
 import statistics
@@ -12,6 +18,8 @@ from typing import Any
 
 import simpy
 
+from ddpsim.calibration.file import apply_calibration
+from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
@@ -19,6 +27,7 @@ from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.schema import Scenario
+from ddpsim.topology import Topology, build_topology
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 
@@ -47,16 +56,12 @@ class Prepared:
     gpu: GPUSpec
     compute: StepCompute
     buckets: tuple[Bucket, ...]
-    topology: Any
-    collectives: Any
+    topology: Topology
+    collectives: CollectiveModel
 
 
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
-    from ddpsim.calibration.file import apply_calibration
-    from ddpsim.collectives import CollectiveModel
-    from ddpsim.topology import build_topology
-
     try:
         scenario, protocol_table = apply_calibration(scenario)
         workload = load_workload(scenario.workload, scenario.base_dir)
@@ -69,16 +74,19 @@ def prepare(scenario: Scenario) -> Prepared:
             raise ScenarioError(exc.detail, file=scenario.source, field=exc.field) from None
         raise
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
-        _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
+        topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives)
 
 
-def _degrade_first_hop(topology: Any, gpus_per_node: int, factor: float) -> None:
-    # rank 0's first hop towards another node (or another GPU of its node) is the degraded link
+def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:
+    """A new topology whose rank-0 first hop (towards another node, else another GPU) has less bandwidth."""
     peer = gpus_per_node if topology.world_size > gpus_per_node else 1
     link = topology.route(0, peer).link_ids[0]
-    topology.capacity_Bps[link] *= factor
+    degraded = copy.copy(topology)
+    degraded.capacity_Bps = topology.capacity_Bps.copy()
+    degraded.capacity_Bps[link] *= factor
+    return degraded
 
 
 def _copy_bandwidth_Bps(scenario: Scenario, gpu: GPUSpec) -> float:
@@ -124,7 +132,8 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         hook_cast_in_s=cast_in,
         hook_cast_out_s=cast_out,
         pre_forward_s=pre_forward,
-        compute_slowdown=overheads.compute_slowdown if communicating else 0.0,
+        # the step process takes the extra fraction (0 = no effect); the scenario states factors >= 1
+        compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
         bucket_cpu_s=overheads.bucket_cpu_s if communicating else 0.0,
     )
@@ -185,7 +194,7 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     per_rank = mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
     ranks = list(range(world)) if per_rank else [0]
     rendezvous = (
-        Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown, sc.overheads.allreduce_stretch)
+        Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown - 1.0, sc.overheads.allreduce_stretch)
         if world > 1
         else None
     )

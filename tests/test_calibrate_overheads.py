@@ -6,6 +6,7 @@ from dataclasses import replace
 
 import pytest
 
+from ddpsim.calibration.file import read_calibration
 from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
 from ddpsim.calibration.measured_scenarios import run_scenario
 from ddpsim.calibration.measurements import read_harness_allreduce
@@ -16,8 +17,8 @@ DATA = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26")
 PROFILES = {m: os.path.join(DATA, "profiles", f"{m}.json") for m in ("resnet50", "gpt2-124m")}
 TRUE = {
     "bucket_launch_s": 20e-6,
-    "compute_slowdown": 0.15,
-    "comm_slowdown": 3.0,
+    "compute_slowdown": 1.15,
+    "comm_slowdown": 4.0,
     "max_inflight_buckets": None,
     "buffer_sync_s": 1e-3,
     "bucket_cpu_s": 10e-6,
@@ -49,7 +50,7 @@ def links(tmp_path_factory):
     samples = [s for s in read_harness_allreduce(os.path.join(DATA, "allreduce.jsonl")) if s.link_class == "nvlink"]
     path = str(tmp_path_factory.mktemp("cal") / "links.json")
     write_calibration(path, fit_links(samples), {}, {})
-    return path
+    return read_calibration(path)
 
 
 def test_fit_reproduces_runs_generated_with_known_overheads(links):

@@ -16,20 +16,19 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ddpsim.calibration.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
-from ddpsim.calibration.file import SCHEMA
+from ddpsim.calibration.file import SCHEMA, Calibration
 from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.topology.link_kinds import LINK_CLASSES, nccl_transport_of_class
 
-# calibration link class -> the topology's transport name for a hop of that class
-TRANSPORT_OF_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "net", "pcie": "pci", "net": "net"}
 MIN_FIT_BYTES = 4096
 
 # candidate values searched for the DDP overhead terms (coordinate descent over these grids)
 OVERHEAD_GRIDS: dict[str, tuple[Any, ...]] = {
     "bucket_launch_s": (2e-6, 5e-6, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6),
-    "compute_slowdown": (0.0, 0.05, 0.1, 0.15, 0.2, 0.3, 0.45, 0.6, 0.8, 1.0),
-    "comm_slowdown": (0.0, 0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0),
+    "compute_slowdown": (1.0, 1.05, 1.1, 1.15, 1.2, 1.3, 1.45, 1.6, 1.8, 2.0),
+    "comm_slowdown": (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0, 9.0, 13.0),
     "max_inflight_buckets": (None, 1, 2, 3, 4, 6, 8),
     "buffer_sync_s": (0.0, 0.5e-3, 1e-3, 1.5e-3, 2e-3, 2.5e-3, 3e-3, 4e-3, 5e-3),
     "bucket_cpu_s": (0.0, 10e-6, 20e-6, 40e-6, 80e-6, 160e-6),
@@ -37,8 +36,8 @@ OVERHEAD_GRIDS: dict[str, tuple[Any, ...]] = {
 }
 START_OVERHEADS: dict[str, Any] = {
     "bucket_launch_s": 10e-6,
-    "compute_slowdown": 0.0,
-    "comm_slowdown": 0.0,
+    "compute_slowdown": 1.0,
+    "comm_slowdown": 1.0,
     "max_inflight_buckets": None,
     "buffer_sync_s": 0.0,
     "bucket_cpu_s": 0.0,
@@ -56,7 +55,11 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     floor_s = fits.pop("floor").base_s
     chosen = {envelope_s(fits, s.bytes, s.world_size)[1] for s in used}
     reference_Bps = max(fits[p].busbw_Bps for p in chosen)
-    transport = TRANSPORT_OF_LINK_CLASS.get(link_class, link_class)
+    if link_class not in LINK_CLASSES:
+        raise ScenarioError(
+            f"unknown link class {link_class!r} (known: {', '.join(LINK_CLASSES)})", file=used[0].source, field="link_class"
+        )
+    transport = nccl_transport_of_class(link_class)
     base, hops, efficiency = {}, {}, {}
     for protocol in PROTOCOL_NAMES:
         fit = fits[protocol]
@@ -126,7 +129,7 @@ def _mape(pairs: Sequence[tuple[float, float]]) -> float:
 def fit_overheads(
     runs: Sequence[dict[str, Any]],
     profiles: dict[str, str],
-    link_calibration_path: str,
+    link_calibration: Calibration,
     rounds: int = 3,
 ) -> dict[str, Any]:
     """Coordinate descent over ``OVERHEAD_GRIDS``, minimising mean absolute % error on ``runs``."""
@@ -138,7 +141,7 @@ def fit_overheads(
     runs = [r for r in runs if r["model"] in profiles]
     if not runs:
         raise ScenarioError("no calibration runs with a measured profile")
-    prepared = [prepare(run_scenario(run, profiles[run["model"]], link_calibration_path)) for run in runs]
+    prepared = [prepare(run_scenario(run, profiles[run["model"]], link_calibration)) for run in runs]
     measured = [float(run["step_s_median"]) for run in runs]
     cache: dict[tuple, float] = {}
 
@@ -164,6 +167,6 @@ def fit_overheads(
 
     # the terms trade off (slower compute vs slower communication both lengthen backward), so
     # descend from several starting points and keep the best
-    starts = [dict(START_OVERHEADS)] + [{**START_OVERHEADS, "comm_slowdown": c} for c in (2.0, 4.0, 8.0)]
+    starts = [dict(START_OVERHEADS)] + [{**START_OVERHEADS, "comm_slowdown": c} for c in (3.0, 5.0, 9.0)]
     best = min((descend(start) for start in starts), key=score)
     return {**best, "calibration_mape_pct": score(best), "calibration_runs": len(runs)}

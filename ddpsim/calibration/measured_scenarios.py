@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from typing import Any
 
-from ddpsim.calibration.measurements import INTRA_TYPE_OF_TRANSPORT
+from ddpsim.calibration.file import Calibration
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import Scenario
+from ddpsim.topology.link_kinds import intra_type_of_class
 
 # nvidia-smi names -> catalog names
 _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100"), ("V100", "V100"), ("B200", "B200"))
@@ -23,7 +25,7 @@ def catalog_gpu(fingerprint_name: str) -> str:
 def run_scenario(
     run: dict[str, Any],
     profile: str,
-    calibration: str | None,
+    calibration: Calibration | None,
     bucket_cap_mb: float | None = None,
     overheads: dict[str, Any] | None = None,
 ) -> Scenario:
@@ -41,16 +43,15 @@ def run_scenario(
             "gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))),
             "nodes": nodes,
             "gpus_per_node": world // nodes,
-            "intra_node": {"type": INTRA_TYPE_OF_TRANSPORT[run["transport"]]},
+            "intra_node": {"type": intra_type_of_class(run["transport"])},
         },
         "ddp": {"bucket_cap_mb": run["bucket_cap_mb"] if bucket_cap_mb is None else bucket_cap_mb},
         "simulation": {"mode": "fast"},
     }
     if overheads:
         data["overheads"] = overheads
-    if calibration is not None:
-        data["calibration"] = os.path.abspath(calibration)
-    return scenario_from_dict(data, file=f"<measured run {run_label(run)}>")
+    scenario = scenario_from_dict(data, file=f"<measured run {run_label(run)}>")
+    return replace(scenario, calibration=calibration)
 
 
 def run_label(run: dict[str, Any]) -> str:

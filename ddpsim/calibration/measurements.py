@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpsim.errors import ScenarioError
+from ddpsim.topology.link_kinds import LINK_CLASSES
 
-TRANSPORT_TO_LINK_CLASS = {"nvlink": "nvlink", "shm": "shm", "socket": "socket", "pcie": "pcie"}
-INTRA_TYPE_OF_TRANSPORT = {"nvlink": "nvswitch", "shm": "shm", "socket": "socket", "pcie": "pcie"}
+# the harness names a run's intra-node transport by its calibration link class
+HARNESS_TRANSPORTS = tuple(c for c in LINK_CLASSES if c != "net")
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
             size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
             time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
             samples.append(
-                AllReduceSample(TRANSPORT_TO_LINK_CLASS.get(transport, transport), world, nodes, size, time_us * 1e-6, path)
+                AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path)
             )
     return samples
 
@@ -109,8 +110,8 @@ def read_ddp_runs(path: str) -> list[dict[str, Any]]:
             continue
         for key in ("model", "transport"):
             _field(record, key, str, path, where)
-        if record["transport"] not in TRANSPORT_TO_LINK_CLASS:
-            known = ", ".join(TRANSPORT_TO_LINK_CLASS)
+        if record["transport"] not in HARNESS_TRANSPORTS:
+            known = ", ".join(HARNESS_TRANSPORTS)
             raise ScenarioError(f"unknown transport {record['transport']!r} (known: {known})", file=path, field=f"{where}.transport")
         _field(record, "world_size", int, path, where)
         _field(record, "bucket_cap_mb", (int, float), path, where)

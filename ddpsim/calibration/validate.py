@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpsim.calibration.file import link_entry, read_calibration
+from ddpsim.calibration.file import Calibration
 from ddpsim.calibration.measured_scenarios import run_label, run_scenario
 from ddpsim.calibration.measurements import (
     AllReduceSample,
@@ -115,18 +115,18 @@ def load_measurements(data_dir: str) -> tuple[list[dict[str, Any]], dict[str, st
     return runs, profiles_by_model(files["profiles"]), samples
 
 
-def _check_allreduce(samples: Sequence[AllReduceSample], calibration: dict[str, Any]) -> list[AllReduceRow]:
-    from ddpsim.calibration.measurements import INTRA_TYPE_OF_TRANSPORT
-    from ddpsim.collectives import CollectiveModel, ProtocolTable
+def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibration) -> list[AllReduceRow]:
+    from ddpsim.collectives import CollectiveModel
     from ddpsim.scenario.load import scenario_from_dict
     from ddpsim.topology import build_topology
+    from ddpsim.topology.link_kinds import intra_type_of_class
 
     rows = []
     models: dict[tuple[str, int], Any] = {}
     for sample in samples:
         if not ALLREDUCE_CHECK_MIN_BYTES <= sample.bytes <= ALLREDUCE_CHECK_MAX_BYTES:
             continue
-        fitted = link_entry(calibration, sample.link_class, sample.world_size, 1)
+        fitted = calibration.link_fit(sample.link_class, sample.world_size, 1)
         if fitted is None:
             continue
         key = (sample.link_class, sample.world_size)
@@ -139,18 +139,18 @@ def _check_allreduce(samples: Sequence[AllReduceSample], calibration: dict[str, 
                         "nodes": 1,
                         "gpus_per_node": sample.world_size,
                         "intra_node": {
-                            "type": INTRA_TYPE_OF_TRANSPORT[sample.link_class],
-                            "bandwidth": fitted["bandwidth_Bps"],
-                            "latency": fitted["latency_s"],
+                            "type": intra_type_of_class(sample.link_class),
+                            "bandwidth": fitted.bandwidth_Bps,
+                            "latency": fitted.latency_s,
                         },
                     },
                 }
             ).cluster
-            models[key] = CollectiveModel(build_topology(cluster), ProtocolTable.from_dict(fitted["protocol_table"]))
-        algorithm = fitted.get("algorithm", "auto")
+            models[key] = CollectiveModel(build_topology(cluster), fitted.protocol_table)
+        algorithm = fitted.algorithm or "auto"
         kernel_s = models[key].allreduce_time_s(sample.bytes, algorithm, "auto")
         # the harness times single calls from the host, which never finish under the launch floor
-        predicted = max(kernel_s, fitted.get("call_floor_s", 0.0))
+        predicted = max(kernel_s, fitted.call_floor_s)
         rows.append(AllReduceRow(sample.link_class, sample.world_size, sample.bytes, sample.time_s, predicted))
     return rows
 
@@ -197,7 +197,7 @@ def _layout_mismatch(run: dict[str, Any], prep: Any) -> str | None:
 
 def validate(
     data_dir: str,
-    calibration_path: str | None,
+    calibration: Calibration | None,
     max_mape_pct: float = 5.0,
     max_error_pct: float = 15.0,
     max_allreduce_error_pct: float = 10.0,
@@ -206,12 +206,8 @@ def validate(
     """Predict the measured runs; without a calibration, with the scenario defaults (all runs held out)."""
     from ddpsim.simulation import prepare, simulate
 
-    calibration = read_calibration(calibration_path) if calibration_path is not None else {}
-    subset = calibration.get("calibration_subset", {})
-    calibration_data_dir = calibration.get("data_dir")
-    if calibration_data_dir is not None and calibration_path is not None and not os.path.isabs(calibration_data_dir):
-        # stored relative to the calibration file's folder, so the pair can move together
-        calibration_data_dir = os.path.join(os.path.dirname(os.path.abspath(calibration_path)), calibration_data_dir)
+    subset = calibration.calibration_subset if calibration is not None else {}
+    calibration_data_dir = calibration.data_dir if calibration is not None else None
     runs, profiles, samples = load_measurements(data_dir)
     rows: list[RunRow] = []
     mismatches: list[str] = []
@@ -226,7 +222,7 @@ def validate(
             f"{fp.get('gpu_count', run['world_size'])} x {fp.get('gpu_name', '?')}, driver {fp.get('driver', '?')}, "
             f"torch {fp.get('torch', '?')}, NCCL {fp.get('nccl', '?')}"
         )
-        prep = prepare(run_scenario(run, profiles[run["model"]], calibration_path))
+        prep = prepare(run_scenario(run, profiles[run["model"]], calibration))
         predicted = simulate(prep).step_time_s
         rows.append(
             RunRow(
@@ -249,7 +245,7 @@ def validate(
                 mismatches.append(mismatch)
     result = Validation(
         rows=rows,
-        allreduce=_check_allreduce(samples, calibration) if calibration_path is not None else [],
+        allreduce=_check_allreduce(samples, calibration) if calibration is not None else [],
         # only held-out runs: the calibration subset's step times were fitted
         recommendation=_recommendations([r for r in rows if r.held_out]),
         layouts_checked=checked,

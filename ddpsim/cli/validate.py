@@ -34,9 +34,9 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
+    from ddpsim.calibration.file import SCHEMA, calibration_from_dict
     from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
     from ddpsim.calibration.measurements import (
-        TRANSPORT_TO_LINK_CLASS,
         find_data_files,
         read_ddp_runs,
         read_harness_allreduce,
@@ -59,23 +59,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     runs = [r for r in runs if not r.get("comm_hook")]
     if runs and not args.links_only:
         profiles = profiles_by_model(files["profiles"])
-        staging = args.out + ".links.tmp"
-        write_calibration(staging, links, {}, {})
-        try:
-            for transport in sorted({r["transport"] for r in runs}):
-                chosen = [r for r in runs if r["transport"] == transport]
-                link_class = TRANSPORT_TO_LINK_CLASS.get(transport, transport)
-                entry = fit_overheads(chosen, profiles, staging)
-                worlds = sorted({int(r["world_size"]) for r in chosen})
-                if len(worlds) > 1:
-                    entry["by_world_size"] = {
-                        str(w): fit_overheads([r for r in chosen if int(r["world_size"]) == w], profiles, staging)
-                        for w in worlds
-                    }
-                overheads[link_class] = entry
-                print(f"fitted DDP overheads for {transport} on {len(chosen)} runs", file=sys.stderr)
-        finally:
-            os.remove(staging)
+        link_fits = calibration_from_dict({"schema": SCHEMA, "link_classes": links}, "<links fitted just now>")
+        for link_class in sorted({r["transport"] for r in runs}):
+            chosen = [r for r in runs if r["transport"] == link_class]
+            entry = fit_overheads(chosen, profiles, link_fits)
+            worlds = sorted({int(r["world_size"]) for r in chosen})
+            if len(worlds) > 1:
+                entry["by_world_size"] = {
+                    str(w): fit_overheads([r for r in chosen if int(r["world_size"]) == w], profiles, link_fits)
+                    for w in worlds
+                }
+            overheads[link_class] = entry
+            print(f"fitted DDP overheads for {link_class} on {len(chosen)} runs", file=sys.stderr)
     meta = {
         "calibration_subset": subset,
         "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
@@ -138,12 +133,13 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from ddpsim.calibration.file import read_calibration
     from ddpsim.calibration.validate import validate
     from ddpsim.report.tables import table
 
     v = validate(
         args.data_dir,
-        args.calibration,
+        read_calibration(args.calibration) if args.calibration else None,
         max_mape_pct=args.max_mape,
         max_error_pct=args.max_error,
         max_allreduce_error_pct=args.max_allreduce_error,

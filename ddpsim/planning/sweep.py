@@ -162,9 +162,10 @@ def scenario_hash(scenario: Scenario) -> str:
     """A stable name for the resolved scenario: validated values, not how they were spelled."""
     resolved = dataclasses.asdict(scenario)
     resolved.pop("source", None)  # moving or renaming the YAML file must not invalidate points
+    resolved.pop("calibration", None)  # the value's content digest stands for it below
     model = scenario.workload.model
     inputs = {
-        "calibration": _file_digest(scenario.calibration_path, scenario.base_dir),
+        "calibration": scenario.calibration.digest if scenario.calibration is not None else None,
         "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
     }
     text = json.dumps({"format": POINT_FORMAT, "scenario": resolved, "inputs": inputs}, sort_keys=True, default=str)

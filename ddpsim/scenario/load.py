@@ -15,7 +15,6 @@ from ddpsim.scenario.schema import (
     ALGORITHMS,
     COMM_HOOKS,
     INTER_NODE_TYPES,
-    INTRA_NODE_TYPES,
     MODES,
     PRECISIONS,
     PROTOCOLS,
@@ -31,6 +30,7 @@ from ddpsim.scenario.schema import (
     TopologyLink,
     WorkloadSpec,
 )
+from ddpsim.topology.link_kinds import INTRA_NODE_TYPES
 from ddpsim.units import UnitError, parse_bandwidth_Bps, parse_size_bytes, parse_time_s
 
 _SECTIONS = {
@@ -306,8 +306,8 @@ def _overheads(r: _Reader) -> OverheadSpec:
     return OverheadSpec(
         bucket_launch_s=r.quantity("bucket_launch", parse_time_s, defaults.bucket_launch_s, positive=False),
         copy_bandwidth_Bps=copy_bw,
-        compute_slowdown=r.number("compute_slowdown", defaults.compute_slowdown),
-        comm_slowdown=r.number("comm_slowdown", defaults.comm_slowdown),
+        compute_slowdown=_at_least_one(r, "compute_slowdown", defaults.compute_slowdown),
+        comm_slowdown=_at_least_one(r, "comm_slowdown", defaults.comm_slowdown),
         allreduce_stretch=_at_least_one(r, "allreduce_stretch", defaults.allreduce_stretch),
         max_inflight_buckets=r.integer("max_inflight_buckets", minimum=1),
         buffer_sync_s=r.quantity("buffer_sync", parse_time_s, defaults.buffer_sync_s, positive=False),
@@ -375,9 +375,16 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     if not root.has("cluster"):
         raise root.error("cluster", "missing required section")
     cluster = _cluster(root.section("cluster", _SECTIONS["cluster"]))
-    calibration = root.raw("calibration")
-    if calibration is not None and not isinstance(calibration, str):
+    calibration_path = root.raw("calibration")
+    if calibration_path is not None and not isinstance(calibration_path, str):
         raise root.error("calibration", "expected the path of a calibration JSON file")
+    calibration = None
+    if calibration_path is not None:
+        # read once here, at the boundary; the simulation gets the value, never the path
+        from ddpsim.calibration.file import read_calibration
+
+        resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
+        calibration = read_calibration(resolved)
     return Scenario(
         workload=_workload(root.section("workload", _SECTIONS["workload"])),
         cluster=cluster,
@@ -388,7 +395,8 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
         ),
         overheads=_overheads(root.section("overheads", _SECTIONS["overheads"])),
         simulation=_simulation(root.section("simulation", _SECTIONS["simulation"]), cluster.world_size),
-        calibration_path=calibration,
+        calibration_path=calibration_path,
+        calibration=calibration,
         price_per_gpu_hour=root.number("price_per_gpu_hour"),
         source=file,
         base_dir=base_dir,

@@ -7,9 +7,12 @@ the dataclass field names here do (``bandwidth_Bps``, ``latency_s``), so code ne
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpsim.calibration.file import Calibration
 
 PRECISIONS = ("fp32", "bf16-amp", "fp16-amp")
-INTRA_NODE_TYPES = ("nvswitch", "nvlink-ring", "pcie", "shm", "socket")
 INTER_NODE_TYPES = ("rail-fat-tree", "fat-tree", "ethernet", "none")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 PROTOCOLS = ("auto", "simple", "ll", "ll128")
@@ -128,7 +131,7 @@ class CollectiveSpec:
 class OverheadSpec:
     """DDP costs beyond compute and wire time; defaults are used until a calibration replaces them.
 
-    The defaults of ``bucket_launch_s`` (40 us) and ``compute_slowdown`` (1.0) are what ``ddpsim
+    The defaults of ``bucket_launch_s`` (40 us) and ``compute_slowdown`` (2.0) are what ``ddpsim
     calibrate`` fitted on 4 x H200 over NVLink (validation/data, caps 5 and 50, both world sizes);
     the other terms default to "no effect": the same fit's in-flight limit (1) and buffer sync (2 ms)
     describe that machine and ResNet-50's BatchNorm buffers more than DDP in general.
@@ -136,9 +139,10 @@ class OverheadSpec:
     bucket_launch_s: CPU + kernel launch cost of one bucket's all-reduce on the comm stream.
     copy_bandwidth_Bps: device-memory bandwidth of the gradient copies into and out of buckets
       (None: 70% of the GPU's memory bandwidth).
-    compute_slowdown: fraction by which compute runs slower while an all-reduce occupies SMs.
-    comm_slowdown: fraction by which an all-reduce runs slower while compute kernels hold the SMs
-      (measured inside real DDP steps: several times slower on NVLink than the same call alone).
+    compute_slowdown: factor >= 1; compute runs this many times slower while an all-reduce occupies
+      SMs (1 = no effect). Every slowdown in a scenario is such a factor.
+    comm_slowdown: factor >= 1; an all-reduce runs this many times slower while compute kernels hold
+      the SMs (measured inside real DDP steps: several times slower on NVLink than the same call alone).
     allreduce_stretch: every all-reduce inside DDP takes this many times what the network alone
       delivers, with or without compute beside it.
     max_inflight_buckets: the launch path blocks once this many all-reduces are outstanding
@@ -151,8 +155,8 @@ class OverheadSpec:
 
     bucket_launch_s: float = 40e-6
     copy_bandwidth_Bps: float | None = None
-    compute_slowdown: float = 1.0
-    comm_slowdown: float = 0.0
+    compute_slowdown: float = 2.0
+    comm_slowdown: float = 1.0
     allreduce_stretch: float = 1.0
     max_inflight_buckets: int | None = None
     bucket_cpu_s: float = 0.0
@@ -189,6 +193,7 @@ class Scenario:
     overheads: OverheadSpec = field(default_factory=OverheadSpec)
     simulation: SimulationSpec = field(default_factory=SimulationSpec)
     calibration_path: str | None = None
+    calibration: Calibration | None = None
     price_per_gpu_hour: float | None = None
     source: str = "<memory>"
     base_dir: str = "."

@@ -22,15 +22,14 @@ import numpy as np
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import (
     INTER_NODE_TYPES,
-    INTRA_NODE_TYPES,
     ClusterSpec,
     CustomTopologySpec,
 )
+from ddpsim.topology.link_kinds import INTRA_NODE_TYPES, NCCL_TRANSPORTS, nccl_transport_of_type
 
 # How a GPU-to-GPU hop is carried, the key protocol latencies are looked up by (NCCL's NVLINK,
 # PCI and NET hardware classes, plus host shared memory which has its own measured behaviour).
-TRANSPORTS = ("nvlink", "pci", "shm", "net")
-_INTRA_TRANSPORT = {"nvswitch": "nvlink", "nvlink-ring": "nvlink", "pcie": "pci", "shm": "shm", "socket": "net"}
+TRANSPORTS = NCCL_TRANSPORTS
 _HUB_NAME = {"nvswitch": "nvsw", "pcie": "pcie", "shm": "host", "socket": "host"}
 
 
@@ -303,7 +302,7 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
     gpus = [_gpu(rank // g, rank % g) for rank in range(world)]
     description = f"{n_nodes}x{g} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
     return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=g, links=links, router=router,
-                    intra_transport=_INTRA_TRANSPORT[intra.type], description=description, nics_per_node=nics)
+                    intra_transport=nccl_transport_of_type(intra.type), description=description, nics_per_node=nics)
 
 
 def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,

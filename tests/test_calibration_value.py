@@ -1,0 +1,76 @@
+"""The calibration is a value read once at the boundary: the simulation never touches the file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ddpsim import load_scenario, simulate
+from ddpsim.calibration.file import SCHEMA, read_calibration
+from ddpsim.errors import ScenarioError
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CALIBRATION = os.path.join(REPO, "validation", "calibration-h200x4.json")
+SCENARIO = """
+workload: {model: mlp, batch_size: 8}
+cluster: {gpu: H200, nodes: 1, gpus_per_node: 4, intra_node: {type: nvswitch}}
+calibration: cal.json
+"""
+
+
+def _scenario(tmp_path):
+    shutil.copy(CALIBRATION, tmp_path / "cal.json")
+    (tmp_path / "s.yaml").write_text(SCENARIO)
+    return load_scenario(str(tmp_path / "s.yaml"))
+
+
+def test_simulate_runs_after_the_calibration_file_is_deleted(tmp_path):
+    scenario = _scenario(tmp_path)
+    before = simulate(scenario).step_time_s
+    os.remove(tmp_path / "cal.json")
+    assert simulate(scenario).step_time_s == before
+
+
+def test_calibration_changes_the_prediction(tmp_path):
+    calibrated = simulate(_scenario(tmp_path)).step_time_s
+    (tmp_path / "plain.yaml").write_text(SCENARIO.replace("calibration: cal.json\n", ""))
+    plain = simulate(load_scenario(str(tmp_path / "plain.yaml"))).step_time_s
+    assert calibrated != plain
+
+
+def test_version_1_files_store_slowdowns_as_extra_fractions(tmp_path):
+    with open(CALIBRATION) as handle:
+        data = json.load(handle)
+    assert data["schema"] == SCHEMA
+    v1 = json.loads(json.dumps(data))
+    v1["schema"] = "ddpsim.calibration/1"
+    for entry in v1["overheads"].values():
+        for sub in [entry, *entry.get("by_world_size", {}).values()]:
+            sub["compute_slowdown"] -= 1.0
+            sub["comm_slowdown"] -= 1.0
+    (tmp_path / "v1.json").write_text(json.dumps(v1))
+    old, new = read_calibration(str(tmp_path / "v1.json")), read_calibration(CALIBRATION)
+    for link_class in data["overheads"]:
+        for world in (2, 4):
+            assert old.overhead_values(link_class, world) == pytest.approx(new.overhead_values(link_class, world))
+
+
+@pytest.mark.parametrize(
+    ("mutate", "field"),
+    [
+        (lambda d: d["link_classes"]["nvlink"].__setitem__("bandwidth_Bps", float("nan")), "link_classes.nvlink.bandwidth_Bps"),
+        (lambda d: d["overheads"]["nvlink"].__setitem__("comm_slowdown", 0.5), "overheads.nvlink.comm_slowdown"),
+        (lambda d: d.__setitem__("schema", "other"), "schema"),
+    ],
+)
+def test_a_bad_calibration_fails_when_read_naming_the_field(tmp_path, mutate, field):
+    with open(CALIBRATION) as handle:
+        data = json.load(handle)
+    mutate(data)
+    (tmp_path / "bad.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError) as info:
+        read_calibration(str(tmp_path / "bad.json"))
+    assert info.value.field == field
