@@ -58,12 +58,15 @@ class Prepared:
     buckets: tuple[Bucket, ...]
     topology: Topology
     collectives: CollectiveModel
+    # where each calibrated value came from (scenario file or calibration entry), for `ddpsim run`
+    sources: dict[str, str]
 
 
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
     try:
-        scenario, protocol_table = apply_calibration(scenario)
+        calibrated = apply_calibration(scenario)
+        scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
         workload = load_workload(scenario.workload, scenario.base_dir)
         gpu = get_gpu(scenario.cluster.gpu)
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
@@ -76,7 +79,7 @@ def prepare(scenario: Scenario) -> Prepared:
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
         topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)
-    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives)
+    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, calibrated.sources)
 
 
 def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:

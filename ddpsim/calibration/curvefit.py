@@ -6,7 +6,7 @@ and NCCL runs whichever protocol is fastest, so the kernel time is the lower env
 A call timed from the host side never takes less than a fixed floor (PyTorch's and NCCL's launch
 path, a few tens of microseconds), so the measured curve is max(floor, min_p T_p). The fit
 minimises the squared log error of that curve (4 KiB and 1 GiB weigh the same) over the ten
-parameters, in log space so every parameter stays positive, with Nelder-Mead
+parameters, in log space so every parameter stays positive, with scipy's Nelder-Mead
 started from per-size-range linear fits and restarted from its own best until it stops improving.
 """
 
@@ -45,30 +45,11 @@ def envelope_s(
 
 
 def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float, iterations: int) -> np.ndarray:
-    n = len(x0)
-    simplex = np.vstack([x0] + [x0 + step * np.eye(n)[i] for i in range(n)])
-    values = np.array([f(x) for x in simplex])
-    for _ in range(iterations):
-        order = np.argsort(values)
-        simplex, values = simplex[order], values[order]
-        centroid = simplex[:-1].mean(axis=0)
-        reflected = centroid + (centroid - simplex[-1])
-        f_reflected = f(reflected)
-        if f_reflected < values[0]:
-            expanded = centroid + 2 * (centroid - simplex[-1])
-            f_expanded = f(expanded)
-            simplex[-1], values[-1] = (expanded, f_expanded) if f_expanded < f_reflected else (reflected, f_reflected)
-        elif f_reflected < values[-2]:
-            simplex[-1], values[-1] = reflected, f_reflected
-        else:
-            contracted = centroid + 0.5 * (simplex[-1] - centroid)
-            f_contracted = f(contracted)
-            if f_contracted < values[-1]:
-                simplex[-1], values[-1] = contracted, f_contracted
-            else:
-                simplex[1:] = simplex[0] + 0.5 * (simplex[1:] - simplex[0])
-                values[1:] = [f(x) for x in simplex[1:]]
-    return simplex[np.argmin(values)]
+    from scipy.optimize import minimize
+
+    simplex = np.vstack([x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))])
+    options = {"maxiter": iterations, "initial_simplex": simplex, "xatol": 1e-8, "fatol": 1e-12}
+    return np.asarray(minimize(f, x0, method="Nelder-Mead", options=options).x)
 
 
 def _linear_start(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, chosen: np.ndarray) -> tuple[float, float]:

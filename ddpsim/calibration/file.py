@@ -18,7 +18,7 @@ from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.schema import OverheadSpec, Scenario
-from ddpsim.topology.link_kinds import link_class_of_type
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 
 SCHEMA = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
@@ -50,13 +50,24 @@ class Calibration:
     data_dir: str | None = None
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
-        """The fit for a link class, the one of this exact world size where it was measured on one node."""
+        """The fit for a link class: the network's for this exact shape where that shape was measured;
+        an intra-node class's for this many GPUs per node where that many were measured."""
+        return self._link_entry(link_class, world_size, nodes)[0]
+
+    def _link_entry(self, link_class: str, world_size: int, nodes: int) -> tuple[LinkFit | None, str]:
         fitted = self.link_classes.get(link_class)
         if fitted is None:
-            return None
-        if nodes == 1:
-            fitted = fitted.get("by_world_size", {}).get(str(world_size), fitted)
-        return _link_fit(fitted, self.source, f"link_classes.{link_class}")
+            return None, ""
+        where = f"link_classes.{link_class}"
+        if link_class == INTER_NODE_LINK_CLASS:
+            key = f"{nodes}x{world_size // nodes}"
+            if key in fitted.get("by_shape", {}):
+                fitted, where = fitted["by_shape"][key], f"{where}.by_shape.{key}"
+        else:
+            per_node = str(world_size // nodes)
+            if per_node in fitted.get("by_world_size", {}):
+                fitted, where = fitted["by_world_size"][per_node], f"{where}.by_world_size.{per_node}"
+        return _link_fit(fitted, self.source, where), where
 
     def overhead_values(self, link_class: str, world_size: int) -> dict[str, Any]:
         fitted = self.overheads.get(link_class) or {}
@@ -123,26 +134,74 @@ def read_calibration(path: str) -> Calibration:
     return calibration_from_dict(read_json_object(path, "calibration", field="calibration"), path)
 
 
-def apply_calibration(scenario: Scenario) -> tuple[Scenario, ProtocolTable | None]:
-    """Return the scenario with calibrated link and overhead values, and the protocol table (or None)."""
+@dataclass(frozen=True)
+class Calibrated:
+    """A scenario with the calibration's values in place, its protocol table, and where each came from."""
+
+    scenario: Scenario
+    protocol_table: ProtocolTable | None
+    sources: dict[str, str]
+
+
+def apply_calibration(scenario: Scenario) -> Calibrated:
+    """The scenario with calibrated link, network and overhead values (no file is read here)."""
+    cluster = scenario.cluster
+    from_scenario = f"scenario {scenario.source}"
+    sources = {"intra-node link": from_scenario, "DDP overheads": from_scenario, "protocol table": "NCCL's defaults"}
+    if cluster.nodes > 1:
+        sources["inter-node network"] = from_scenario
     calibration = scenario.calibration
     if calibration is None:
-        return scenario, None
-    link_class = link_class_of_type(scenario.cluster.intra_node.type)
-    fitted = calibration.link_fit(link_class, scenario.cluster.world_size, scenario.cluster.nodes)
+        return Calibrated(scenario, None, sources)
+    link_class = link_class_of_type(cluster.intra_node.type)
+    fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
     if fitted is None:
         known = ", ".join(sorted(calibration.link_classes))
         raise ScenarioError(
             f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
         )
-    intra = replace(scenario.cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
-    overheads = replace(scenario.overheads, **calibration.overhead_values(link_class, scenario.cluster.world_size))
+    cite = f"calibration {calibration.source}"
+    sources["intra-node link"] = sources["protocol table"] = f"{cite} {where}"
+    intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
+    inter, table = cluster.inter_node, fitted.protocol_table
+    overhead_class = link_class
+    if cluster.nodes > 1:
+        network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
+        if network is None:
+            sources["inter-node network"] = f"{from_scenario} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
+        else:
+            # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
+            # the bandwidth each GPU gets through the network
+            inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s)
+            table = _with_network(table, network.protocol_table)
+            sources["inter-node network"] = f"{cite} {net_where}"
+            sources["protocol table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
+            if INTER_NODE_LINK_CLASS in calibration.overheads:
+                overhead_class = INTER_NODE_LINK_CLASS
+    values = calibration.overhead_values(overhead_class, cluster.world_size)
+    overheads = replace(scenario.overheads, **values)
+    if values:
+        sources["DDP overheads"] = f"{cite} overheads.{overhead_class}"
     collective = scenario.collective
-    if collective.algorithm == "auto" and fitted.algorithm and scenario.cluster.nodes == 1:
+    if collective.algorithm == "auto" and fitted.algorithm and cluster.nodes == 1:
         # the algorithm NCCL ran when the link class was measured, on one node
         collective = replace(collective, algorithm=fitted.algorithm)
-    cluster = replace(scenario.cluster, intra_node=intra)
-    return replace(scenario, cluster=cluster, overheads=overheads, collective=collective), fitted.protocol_table
+    calibrated = replace(
+        scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter), overheads=overheads, collective=collective
+    )
+    return Calibrated(calibrated, table, sources)
+
+
+def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) -> ProtocolTable | None:
+    """The network's table (its base latencies describe a collective across nodes) plus the intra-node
+    class's hop latencies and efficiencies for the hops inside a node."""
+    if network is None or intra is None:
+        return network or intra
+    return replace(
+        network,
+        hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},
+        transport_efficiency={**intra.transport_efficiency, **network.transport_efficiency},
+    )
 
 
 def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
@@ -192,6 +251,12 @@ def _protocol_table(data: Any, source: str, where: str) -> ProtocolTable | None:
     if data is None:
         return None
     try:
-        return ProtocolTable.from_dict(data)
-    except (KeyError, TypeError, ValueError) as exc:
+        table = ProtocolTable.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"bad protocol table: {exc}", file=source, field=f"{where}.protocol_table") from None
+    if table.hop_latency_mode == "absolute":
+        # an absolute hop latency replaces the scenario's link latency: keep only the transports
+        # this calibration measured, so the scenario's latency stays in force for the others
+        fitted = {str(key).split("/")[0] for key in dict(data.get("hop_latency_s", {}))}
+        table = replace(table, hop_latency_s={k: v for k, v in table.hop_latency_s.items() if k[0] in fitted})
+    return table
