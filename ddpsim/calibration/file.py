@@ -24,6 +24,7 @@ SCHEMA = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
 _SCHEMA_V1 = "ddpsim.calibration/1"
 _FACTOR_TERMS = ("compute_slowdown", "comm_slowdown")
+_Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,17 @@ class Calibration:
     overheads: dict[str, Any] = field(compare=False, repr=False)
     calibration_subset: dict[str, Any] = field(compare=False, repr=False)
     data_dir: str | None = None
+    noise: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
+        """p10, p50, p90 of the step time one would measure: the measured step-to-step and
+        launch-to-launch spreads of this link class (lognormal sigmas, added in quadrature)."""
+        entry = self.noise.get(link_class) or {}
+        sigmas = [entry.get("step_sigma"), entry.get("launch_sigma")]
+        if all(s is None for s in sigmas):
+            return None
+        sigma = math.sqrt(sum(s * s for s in sigmas if s is not None))
+        return step_s * math.exp(-_Z90 * sigma), step_s, step_s * math.exp(_Z90 * sigma)
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;
@@ -112,7 +124,21 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         overheads=overheads,
         calibration_subset=subset if isinstance(subset, dict) else {},
         data_dir=data_dir if isinstance(data_dir, str) else None,
+        noise=_noise(data.get("noise") or {}, source),
     )
+
+
+def _noise(data: Any, source: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="noise")
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise ScenarioError("expected a mapping", file=source, field=f"noise.{name}")
+        for key in ("step_sigma", "launch_sigma"):
+            value = entry.get(key)
+            if value is not None:
+                _number({key: value}, key, source, f"noise.{name}")
+    return data
 
 
 def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:

@@ -253,3 +253,49 @@ def _standard_errors(jac: Any, residuals: Any, names: Sequence[str], span: Any) 
         determined = float(np.abs(jac[:, i]).max()) > 1e-9
         out[name] = float(np.sqrt(max(cov[i, i], 0.0)) * span[i]) if determined else None
     return out
+
+
+_Z90 = 1.2815515655446004  # the standard normal's 90th percentile
+
+
+def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Step-to-step and launch-to-launch spread per link class, as lognormal sigmas.
+
+    Step to step: each run's p10 and p90 over its steps, ln(p90/p10) / (2 z90), averaged over runs.
+    Launch to launch: the same configuration measured in two launches differs by ln(m1/m2), whose
+    variance is twice the launch sigma squared. Only classes with repeated configurations get a
+    launch sigma; the others say so.
+    """
+    import math
+
+    by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_class[str(run["transport"])].append(run)
+    noise: dict[str, dict[str, Any]] = {}
+    for link_class, group in sorted(by_class.items()):
+        step = [
+            math.log(r["step_s_p90"] / r["step_s_p10"]) / (2 * _Z90)
+            for r in group
+            if r.get("step_s_p10") and r.get("step_s_p90") and r["step_s_p90"] >= r["step_s_p10"] > 0
+        ]
+        configs: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
+        for r in group:
+            key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("comm_hook"), r.get("nodes", 1))
+            configs[key].setdefault(str(r.get("launch_id", "")), float(r["step_s_median"]))
+        diffs = [
+            math.log(a / b)
+            for by_launch in configs.values()
+            for (la, a), (lb, b) in _pairs(sorted(by_launch.items()))
+        ]
+        entry: dict[str, Any] = {
+            "step_sigma": sum(step) / len(step) if step else None,
+            "step_runs": len(step),
+            "launch_sigma": math.sqrt(sum(d * d for d in diffs) / (2 * len(diffs))) if diffs else None,
+            "launch_pairs": len(diffs),
+        }
+        noise[link_class] = entry
+    return noise
+
+
+def _pairs(items: Sequence[Any]) -> list[tuple[Any, Any]]:
+    return [(items[i], items[j]) for i in range(len(items)) for j in range(i + 1, len(items))]
