@@ -210,14 +210,13 @@ def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, mo
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    real_run = worker.ddp_run
+    class Flaky(worker.Runner):
+        def __init__(self, spec, cap, *args, **kwargs):
+            if cap == 5:
+                raise RuntimeError("CUDA out of memory (simulated)")
+            super().__init__(spec, cap, *args, **kwargs)
 
-    def flaky(spec, cap, *args, **kwargs):
-        if cap == 5:
-            raise RuntimeError("CUDA out of memory (simulated)")
-        return real_run(spec, cap, *args, **kwargs)
-
-    monkeypatch.setattr(worker, "ddp_run", flaky)
+    monkeypatch.setattr(worker, "Runner", Flaky)
     out = tmp_path / "launch"
     argv = ["--mode", "sweep", "--out", str(out), "--transport", "socket", "--models", "tiny-mlp",
             "--caps", "1,5,25", "--no-timing-run", "--skip-allreduce", "--warmup", "2", "--steps", "2",

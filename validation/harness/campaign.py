@@ -1,14 +1,17 @@
 """Campaign driver (plain python, NOT under torchrun).
 
-For each (transport, world size) it launches ONE ``torchrun --standalone -m validation.harness.worker``
-subprocess with the transport's NCCL environment, plus one world-size-1 profile launch.  Each launch gets a
-time budget; a launch that hangs is killed (process group) and the campaign goes on.  Configurations a
-launch never reached are recorded as ``status: "failed"``.  At the end (and after every launch) everything
+For each (shape, transport) it launches ONE ``torchrun --standalone -m validation.harness.worker``
+subprocess with the transport's NCCL environment, plus one world-size-1 profile launch and optionally one
+micro-benchmark launch.  A shape NxG (nodes x GPUs per node) with N > 1 emulates N nodes on this host
+(worker --gpus-per-node G: own NCCL_HOSTID per group; NCCL_NET=Socket NCCL_IB_DISABLE=1 between groups).
+Each launch gets a time budget; a launch that hangs is killed (process group) and the campaign goes on.
+Configurations a launch never reached are recorded as ``status: "failed"``.  After every launch everything
 is packed into DIR/campaign.tar.gz (and optionally a copy elsewhere, --pack-to).
 
-    python -m validation.harness.campaign --out DIR [--fresh] [--quick] [--world-sizes 2,4]
-        [--transports nvlink,shm,socket] [--models ...] [--caps 1,5,10,25,50,200] [--budget-s 480]
-        [--repeat 1 --repeat-caps 25]
+    python -m validation.harness.campaign --out DIR [--fresh] [--quick] [--shapes 1x4,2x2,4x1 | --world-sizes 2,4]
+        [--transports nvlink,shm,socket] [--algos default,ring,tree] [--models ...] [--caps 1,5,25,100]
+        [--variants none,gbv,fp16,bf16,accum4,find_unused,static_graph] [--rounds 2 --steps 30]
+        [--microbench] [--budget-s 480] [--repeat 1 --repeat-caps 25]
 
 A DIR that already holds result files is refused (exit 2) unless --fresh (delete the harness's own result
 files there first) or --repeat-only (append repeat launches to an earlier campaign) is given.
@@ -39,7 +42,7 @@ TRANSPORT_WEIGHT = {"nvlink": 1.0, "shm": 1.3, "socket": 2.2}
 
 
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
-RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl")
+RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl")
 RESULT_DIRS = ("profiles", "logs")
 RESULT_GLOBS = ("allreduce_*_w*.txt",)
 
@@ -61,7 +64,9 @@ def remove_results(paths):
             os.remove(p)
 
 
-def gpu_list():
+def gpu_list(cpu_slots=0):
+    if cpu_slots:
+        return ["cpu"] * cpu_slots  # dry run on CPU with gloo (tests, checking a command before GPU time)
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
     if vis:
         return [x.strip() for x in vis.split(",") if x.strip()]
@@ -79,14 +84,33 @@ def gpu_list():
         return []
 
 
-def launch_env(transport, gpus):
+# between emulated nodes: NCCL's socket network transport (no InfiniBand on one host, no multi-node NVLink)
+INTER_NODE_ENV = {"NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1", "NCCL_MNNVL_ENABLE": "0"}
+NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV,TUNING,NET"}
+
+
+def parse_shape(s):
+    """'2x2' -> (nodes, gpus_per_node)."""
+    n, g = s.lower().split("x")
+    return int(n), int(g)
+
+
+def launch_env(transport, gpus, nodes=1, nccl_debug=False):
     env = dict(os.environ)
-    for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE"):
+    for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_HOSTID",
+              "NCCL_DEBUG_FILE"):
         env.pop(k, None)
     env.update(ALWAYS_ENV)
     env.update(TRANSPORT_ENV.get(transport, {}))
-    env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
-    env["DDPSIM_GPUS_ON_HOST"] = str(len(gpu_list()))
+    if nodes > 1:
+        env.update(INTER_NODE_ENV)
+    if nccl_debug:
+        env.update(NCCL_DEBUG_ENV)
+    if gpus and gpus[0] != "cpu":
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpus)
+    else:
+        env["CUDA_VISIBLE_DEVICES"] = ""  # CPU dry run (--cpu-slots): gloo
+    env["DDPSIM_GPUS_ON_HOST"] = str(len([g for g in gpus if g != "cpu"]) and len(gpu_list()))
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "4")
     return env
@@ -148,41 +172,73 @@ def pack(out, extra=None):
 
 
 def expected_configs(models, caps, timing_cap):
+    """The pre-interleaving plan (kept for callers of the old API)."""
     from .worker import plan_configs
     return plan_configs(models, caps, timing_cap)
 
 
-def record_missing(out, launch_id, transport, W, models, caps, timing_cap, why):
+def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, reference, cap_models=None):
+    """(model, batch_size, cap, variant) a launch should write, batch sizes resolved."""
+    from .models import resolve
+    from .worker import plan_runs
+
+    keys = plan_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, cap_models)
+    if reference is not None and reference not in keys:
+        keys.append(reference)
+    out = []
+    for m, bs, cap, var in keys:
+        try:
+            rbs = resolve(m, bs).batch_size
+        except Exception:  # noqa: BLE001 - an unimportable custom model: keep the requested batch size
+            rbs = bs
+        out.append((m, rbs, cap, var))
+    return out
+
+
+def record_missing(out, launch_id, base, keys, why):
     """Configurations a launch never wrote: record them as failed."""
-    from .models import MODELS
-    have = {(r.get("model"), str(r.get("bucket_cap_mb")), r.get("comm_hook"))
+    have = {(r.get("model"), r.get("batch_size"), str(r.get("bucket_cap_mb")), r.get("variant", "none"))
             for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl")) if r.get("launch_id") == launch_id}
+    from .worker import is_default_ddp, variant_options
+
     n = 0
-    for (m, cap, hook) in expected_configs(models, caps, timing_cap):
-        if (m, str(cap), hook) in have:
+    for (m, bs, cap, var) in keys:
+        if (m, bs, str(cap), var) in have:
             continue
-        spec = MODELS[m]
-        append_jsonl(os.path.join(out, "ddp_runs.jsonl"), {
-            "schema": "ddpsim.ddp_run/1", "status": "failed", "error": why, "model": m,
-            "batch_size": spec.batch_size, "precision": spec.precision, "seq_len": spec.seq_len,
-            "bucket_cap_mb": cap, "world_size": W, "transport": transport, "launch_id": launch_id,
-            "comm_hook": hook, "fingerprint": None})
+        opts = variant_options(var)
+        append_jsonl(os.path.join(out, "ddp_runs.jsonl"), dict(
+            base, schema="ddpsim.ddp_run/1", status="failed", error=why, model=m, batch_size=bs,
+            bucket_cap_mb=cap, launch_id=launch_id, variant=var, **opts, ddp_options_default=is_default_ddp(opts),
+            fingerprint=None))
         n += 1
     return n
+
+
+def trim_nccl_logs(out):
+    """logs/nccl_<launch>_r0.log -> .trimmed.txt beside it (INIT/GRAPH lines, no per-call TUNING lines)."""
+    from . import nccl_log
+
+    for p in sorted(glob.glob(os.path.join(glob.escape(out), "logs", "nccl_*_r0.log"))):
+        with open(p[:-4] + ".trimmed.txt", "w") as f:
+            f.write(nccl_log.trim(nccl_log.read_from(p)))
 
 
 def summary(out):
     runs = read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
     ar = read_jsonl(os.path.join(out, "allreduce.jsonl"))
-    lines = ["", "=== all-reduce (largest size) ==="]
+    lines = ["", "=== all-reduce (smallest / largest size; NCCL's pick per size where logged) ==="]
     for r in ar:
+        tag = f"{r.get('launch_id')!s:<18} {r.get('algorithm_forced') or 'default':<7}"
         if r.get("rows"):
-            big = r["rows"][-1]
-            small = r["rows"][0]
-            lines.append(f"{r.get('launch_id')!s:<22} {small['bytes']:4d} B {small['time_us_median']:7.1f} us | "
-                         f"{big['bytes']:10d} B {big['time_us_median']:9.1f} us busbw {big['busbw_GBps']:7.2f} GB/s")
+            big, small = r["rows"][-1], r["rows"][0]
+            picks = [f"{x['bytes'] >> 10}K:{x.get('nccl_algo')}/{x.get('nccl_proto')}" for x in r["rows"][::4]
+                     if x.get("nccl_algo")]
+            lines.append(f"{tag} {small['time_us_median']:7.1f} us | {big['bytes']:10d} B {big['time_us_median']:9.1f} us "
+                         f"busbw {big['busbw_GBps']:7.2f} GB/s nNodes {r.get('nccl_nnodes_seen')} "
+                         f"ok={r.get('nccl_nnodes_verified')} forced_ok={r.get('algorithm_forced_verified')} "
+                         f"{' '.join(picks)}")
         else:
-            lines.append(f"{r.get('launch_id')!s:<22} FAILED {(r.get('error') or '')[-200:]}")
+            lines.append(f"{tag} FAILED {(r.get('error') or '')[-200:]}")
     lines.append("=== ddp runs: ok/failed/skipped per launch ===")
     agg = {}
     for r in runs:
@@ -191,18 +247,26 @@ def summary(out):
         agg[k][r.get("status", "failed")] = agg[k].get(r.get("status", "failed"), 0) + 1
     for k, v in agg.items():
         lines.append(f"{k!s:<22} ok {v['ok']:3d} failed {v['failed']:3d} skipped {v['skipped']:3d}")
-    lines.append("=== step medians (s): model cap hook -> per launch (step / nosync) ===")
+    lines.append("=== step medians (ms): launch model cap variant: pooled [round medians] ===")
     for r in runs:
         if r.get("status") == "ok":
-            lines.append(f"{r['launch_id']!s:<18} {r['model']!s:<10} cap {r['bucket_cap_mb']!s:>5} "
-                         f"{r.get('comm_hook') or '-'!s:<6} step {r['step_s_median']:.4f} "
-                         f"[{r['step_s_p10']:.4f},{r['step_s_p90']:.4f}] "
-                         f"nosync {r.get('nosync_step_s_median') or -1:.4f} "
-                         f"nbuckets {len(r.get('bucket_sizes_bytes') or [])}")
+            rm = " ".join(f"{x * 1e3:.1f}" for x in (r.get("round_medians_s") or []))
+            ref = [x["step_s_median"] * 1e3 for x in r.get("rounds") or [] if x["position"] != "round"]
+            lines.append(f"{r['launch_id']!s:<16} {r['model']!s:<10} cap {r['bucket_cap_mb']!s:>4} "
+                         f"{r.get('variant') or r.get('comm_hook') or '-'!s:<12} {r['step_s_median'] * 1e3:8.2f} [{rm}]"
+                         + (f" ref {' '.join(f'{x:.1f}' for x in ref)}" if ref else ""))
     fails = [r for r in runs if r.get("status") == "failed"]
     for r in fails[:10]:
-        lines.append(f"FAILED {r.get('launch_id')} {r.get('model')} cap {r.get('bucket_cap_mb')}: "
+        lines.append(f"FAILED {r.get('launch_id')} {r.get('model')} cap {r.get('bucket_cap_mb')} {r.get('variant')}: "
                      f"{(r.get('error') or '').strip().splitlines()[-1:]}")
+    mb = read_jsonl(os.path.join(out, "microbench.jsonl"))
+    if mb:
+        lines.append(f"=== microbench: {sum(1 for r in mb if r.get('status') == 'ok')} ok, "
+                     f"{sum(1 for r in mb if r.get('status') != 'ok')} failed ===")
+        for r in mb:
+            if r.get("bench") == "allreduce_overlap" and r.get("status") == "ok":
+                lines.append(f"{r['kernel']:<5} {r['bytes'] >> 10:6d} KiB allreduce x{r['allreduce_slowdown_ratio']:.2f} "
+                             f"kernel x{r['kernel_slowdown_ratio']:.2f}")
     return "\n".join(lines)
 
 
@@ -213,21 +277,37 @@ def main(argv=None):
                     help="delete the harness's result files already in DIR (jsonl, .txt sweeps, profiles/, logs/) "
                          "first; without it a DIR holding results is refused")
     ap.add_argument("--quick", action="store_true", help="tiny iteration counts, 2 caps (smoke test)")
-    ap.add_argument("--world-sizes", default="2,4")
-    ap.add_argument("--transports", default="nvlink,shm,socket")
+    ap.add_argument("--world-sizes", default="2,4", help="single-node shapes 1xW (ignored with --shapes)")
+    ap.add_argument("--shapes", default=None, help="NxG list: N (emulated) nodes of G GPUs, e.g. 1x4,2x2,4x1")
+    ap.add_argument("--transports", default="nvlink,shm,socket", help="intra-node transports")
+    ap.add_argument("--algos", default="default", help="all-reduce sweeps per launch: default,ring,tree")
     ap.add_argument("--models", default="resnet50,gpt2-124m,mlp-heavy")
+    ap.add_argument("--batch-sizes", default=None)
     ap.add_argument("--caps", default=None, help="default 1,5,10,25,50,200 (quick: 5,25)")
-    ap.add_argument("--timing-cap", default="25", help="cap of the extra comm-hook timing run ('none' for no run)")
+    ap.add_argument("--variants", default="none")
+    ap.add_argument("--variant-caps", default=None)
+    ap.add_argument("--cap-sweep-models", default=None, help="models that get every cap (default: all)")
+    ap.add_argument("--max-live", type=int, default=6, help="DDP instances alive at once per launch")
+    ap.add_argument("--skip-ddp", action="store_true", help="all-reduce sweeps only")
+    ap.add_argument("--timing-cap", default="25", help="cap of the extra timing-hook run ('none' for no run)")
+    ap.add_argument("--reference", default=None, help="model:cap[:variant] first and last in every launch")
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=None, help="timed steps per config per round (default 30)")
+    ap.add_argument("--net-steps", type=int, default=None,
+                    help="steps per round in launches that use sockets (default: --steps)")
+    ap.add_argument("--round-warmup", type=int, default=2)
     ap.add_argument("--budget-s", type=float, default=480.0, help="whole campaign wall budget")
-    ap.add_argument("--repeat", type=int, default=1,
-                    help="extra launches per (transport, world) re-running --repeat-caps (repeat noise)")
+    ap.add_argument("--repeat", type=int, default=0,
+                    help="extra launches per (shape, transport) re-running --repeat-caps (launch-to-launch noise)")
     ap.add_argument("--repeat-caps", default="25")
     ap.add_argument("--repeat-only", action="store_true", help="only the repeat launches (append to DIR)")
+    ap.add_argument("--launch-index-base", type=int, default=0, help="first launch number (ids <...>_<n>)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--microbench", action="store_true", help="one micro-benchmark launch (largest world, nvlink)")
     ap.add_argument("--skip-allreduce", action="store_true")
-    ap.add_argument("--steps", type=int, default=None)
+    ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
+    ap.add_argument("--cpu-slots", type=int, default=0, help="dry run: pretend N devices, run on CPU with gloo")
     ap.add_argument("--pack-to", default=None, help="also copy the tarball here after every launch")
-    ap.add_argument("--nnodes-note", default=None, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     t0 = time.time()
@@ -245,34 +325,56 @@ def main(argv=None):
               "pass --fresh to delete them first, or use another --out", file=sys.stderr, flush=True)
         return 2
     os.makedirs(out, exist_ok=True)
-    gpus = gpu_list()
-    worlds = [int(w) for w in a.world_sizes.split(",") if w]
-    worlds_ok = [w for w in worlds if w <= len(gpus)]
-    for w in worlds:
-        if w not in worlds_ok:
-            print(f"[campaign] world size {w:d} > {len(gpus):d} GPUs: skipped", flush=True)
+    from .worker import _cap_value, _parse_list, parse_reference
+
+    gpus = gpu_list(a.cpu_slots)
+    if a.shapes:
+        shapes = [parse_shape(x) for x in a.shapes.split(",") if x and x != "none"]
+    else:
+        shapes = [(1, int(w)) for w in a.world_sizes.split(",") if w]
+    shapes_ok = [s for s in shapes if s[0] * s[1] <= len(gpus)]
+    for s in shapes:
+        if s not in shapes_ok:
+            print(f"[campaign] shape {s[0]}x{s[1]} needs {s[0] * s[1]} GPUs > {len(gpus):d}: skipped", flush=True)
     transports = [t for t in a.transports.split(",") if t]
     caps = a.caps or ("5,25" if a.quick else "1,5,10,25,50,200")
     models = [m for m in a.models.split(",") if m]
-    timing_cap = None if a.timing_cap in ("none", "") else (int(float(a.timing_cap))
-                                                            if float(a.timing_cap).is_integer() else float(a.timing_cap))
-    caps_l = [int(c) if float(c).is_integer() else float(c) for c in caps.split(",")]
-    steps = a.steps or (3 if a.quick else 10)
+    timing_cap = None if a.timing_cap in ("none", "") else _cap_value(a.timing_cap)
+    caps_l = [_cap_value(c) for c in caps.split(",")]
+    variants = [v for v in a.variants.split(",") if v]
+    batch_sizes = _parse_list(a.batch_sizes)
+    variant_caps = _parse_list(a.variant_caps, _cap_value)
+    cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
+    steps = a.steps or (3 if a.quick else 30)
+    net_steps = a.net_steps or steps
+    if a.reference is not None:
+        reference = parse_reference(a.reference, models[0])
+    else:
+        reference = (models[0], None, timing_cap if timing_cap in caps_l else caps_l[0], "none")
 
-    # launch list: (kind, transport, world, n, weight)
+    # launch list: (kind, transport, (nodes, G), n, weight); a shape with G == 1 has no intra-node transport:
+    # one launch, labelled 'socket' (everything goes through the network transport)
     launches = []
     if not a.no_profile and not a.repeat_only and gpus:
-        launches.append(("profile", "none", 1, 0, 1.0))
+        # small weight: a profile launch needs ~20 s; the floor below keeps it from being starved
+        launches.append(("profile", "none", (1, 1), 0, 0.1 + 0.05 * len(models)))
+    units = []
+    for shp in shapes_ok:
+        trs = ["socket"] if (shp[1] == 1 and shp[0] > 1) else transports
+        for tr in trs:
+            net = tr == "socket" or shp[0] > 1
+            w = TRANSPORT_WEIGHT.get("socket" if net else tr, 1.5) * (1.0 + 0.15 * (shp[0] * shp[1] - 2))
+            units.append((tr, shp, w))
     if not a.repeat_only:
-        for W in worlds_ok:
-            for tr in transports:
-                launches.append(("sweep", tr, W, 0, TRANSPORT_WEIGHT.get(tr, 1.5) * (1.0 + 0.15 * (W - 2))))
+        for tr, shp, w in units:
+            launches.append(("sweep", tr, shp, a.launch_index_base, w))
+    if a.microbench and not a.repeat_only and gpus:
+        W = max(s[0] * s[1] for s in shapes_ok) if shapes_ok else len(gpus)
+        launches.append(("microbench", "nvlink", (1, W), a.launch_index_base, 0.2))
     for n in range(1, a.repeat + 1):
-        for W in worlds_ok:
-            for tr in transports:
-                launches.append(("repeat", tr, W, n, 0.25 * TRANSPORT_WEIGHT.get(tr, 1.5)))
+        for tr, shp, w in units:
+            launches.append(("repeat", tr, shp, a.launch_index_base + n, 0.25 * w))
 
-    # a launch id already present in DIR gets the next free number (append-friendly)
     used = {r.get("launch_id") for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))}
     used |= {r.get("launch_id") for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))}
     with open(os.path.join(out, "campaign_args.json"), "w") as f:
@@ -281,36 +383,71 @@ def main(argv=None):
 
     mod_prefix = __package__ or "validation.harness"
     worker_mod = mod_prefix + ".worker"
-    for i, (kind, tr, W, n, wgt) in enumerate(launches):
+    common_args = ["--models", a.models, "--round-warmup", str(a.round_warmup), "--max-live", str(a.max_live)]
+    if a.batch_sizes:
+        common_args += ["--batch-sizes", a.batch_sizes]
+    for i, (kind, tr, (N, G), n, wgt) in enumerate(launches):
+        W = N * G
         remaining = a.budget_s - (time.time() - t0)
         rem_w = sum(x[4] for x in launches[i:])
         budget = remaining * wgt / rem_w if rem_w > 0 else remaining
+        if kind in ("profile", "microbench"):
+            budget = max(budget, min(40.0, 0.2 * remaining))  # cheap and needed: never starved by the weights
+        net = tr == "socket" or N > 1
+        if kind in ("sweep", "repeat"):
+            m = n
+            base = f"{tr}_w{W:d}" if N == 1 else f"{tr}_{N:d}x{G:d}"
+            while f"{base}_{m:d}" in used:
+                m += 1
+            lid = f"{base}_{m:d}"
+            used.add(lid)
+            if kind == "sweep":
+                run_caps, run_variants, run_ref = caps, a.variants, reference
+                keys = expected_runs(models, caps_l, variants, batch_sizes, variant_caps, timing_cap, reference,
+                                     cap_models)
+            else:
+                run_caps, run_variants, run_ref = a.repeat_caps, "none", reference
+                keys = expected_runs(models, [_cap_value(c) for c in a.repeat_caps.split(",")], ["none"],
+                                     batch_sizes, None, None, reference)
+            miss_base = {"world_size": W, "transport": tr, "nodes": N, "gpus_per_node": G,
+                         "nodes_emulated": N > 1,
+                         "inter_node_transport": "socket" if N > 1 else None}
+        else:
+            lid = {"profile": "profile_w1_0", "microbench": f"microbench_w{W:d}_{n:d}"}[kind]
+            keys, miss_base = [], {}
         if remaining < 20 or budget < 15:
-            print(f"[campaign] out of budget: skipping {kind} {tr} w{W:d} #{n:d}", flush=True)
-            if kind != "profile":
-                lid = f"{tr}_w{W:d}_{n:d}"
-                rc_caps = caps_l if kind == "sweep" else [int(c) for c in a.repeat_caps.split(",")]
-                record_missing(out, lid, tr, W, models, rc_caps, timing_cap if kind == "sweep" else None,
-                               "not run: campaign budget exhausted before this launch")
+            print(f"[campaign] out of budget: skipping {kind} {lid}", flush=True)
+            if keys:
+                record_missing(out, lid, miss_base, keys, "not run: campaign budget exhausted before this launch")
             continue
         if kind == "profile":
-            lid = "profile_w1_0"
-            cmd = [sys.executable, "-m", worker_mod, "--mode", "profile", "--out", out, "--models", a.models,
-                   "--launch-id", lid, "--budget-s", str(budget - 10)]
+            cmd = [sys.executable, "-m", worker_mod, "--mode", "profile", "--out", out, "--launch-id", lid,
+                   "--budget-s", str(budget - 10)] + common_args
             if a.quick:
                 cmd += ["--quick", "--profile-iters", "3"]
             env = launch_env("nvlink", gpus[:1])
+        elif kind == "microbench":
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
+                   "-m", worker_mod, "--mode", "microbench", "--out", out, "--transport", tr, "--launch-id", lid,
+                   "--budget-s", str(max(10.0, budget - 15))]
+            env = launch_env(tr, gpus[:W])
         else:
-            m = n
-            while f"{tr}_w{W:d}_{m:d}" in used:
-                m += 1
-            lid = f"{tr}_w{W:d}_{m:d}"
-            used.add(lid)
-            run_caps = caps if kind == "sweep" else a.repeat_caps
+            st = net_steps if net else steps
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
                    "-m", worker_mod, "--mode", "sweep", "--out", out, "--transport", tr, "--launch-id", lid,
-                   "--models", a.models, "--caps", run_caps, "--steps", str(steps),
-                   "--budget-s", str(max(10.0, budget - 15))]
+                   "--caps", run_caps, "--variants", run_variants, "--steps", str(st), "--rounds", str(a.rounds),
+                   "--budget-s", str(max(10.0, budget - 15))] + common_args
+            cmd += ["--reference", "none" if run_ref is None else ":".join(
+                [run_ref[0], str(run_ref[2]), run_ref[3]])]
+            if a.variant_caps and kind == "sweep":
+                cmd += ["--variant-caps", a.variant_caps]
+            if a.cap_sweep_models and kind == "sweep":
+                cmd += ["--cap-sweep-models", a.cap_sweep_models]
+            if a.skip_ddp:
+                cmd += ["--skip-ddp"]
+                keys = []
+            if N > 1:
+                cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
             if kind == "repeat":
                 cmd += ["--skip-allreduce", "--no-timing-run"]
             else:
@@ -320,43 +457,49 @@ def main(argv=None):
                     cmd += ["--timing-cap", str(timing_cap)]
                 if a.skip_allreduce:
                     cmd += ["--skip-allreduce"]
-                cmd += ["--allreduce-budget-s", str(6.0 if a.quick else min(40.0, 0.3 * budget))]
-            if tr == "socket":
-                cmd += ["--nosync-steps", str(max(3, int(steps * 0.6)))]
+                cmd += ["--algos", a.algos,
+                        "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget))]
+                if a.quick or a.cpu_slots:
+                    cmd += ["--allreduce-max-bytes", str(1 << 20 if a.quick else 1 << 30)]
+            cmd += ["--nosync-steps", str(max(3, min(10, int(st * 0.5))))]
             if a.quick:
                 cmd += ["--quick", "--warmup", "3"]
-            env = launch_env(tr, gpus[:W])
+            env = launch_env(tr, gpus[:W], N, nccl_debug=not a.no_nccl_debug and not a.cpu_slots)
         print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} budget {budget:5.0f}s  "
               f"{' '.join(cmd[2:])}", flush=True)
         status, rc, wall = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
         logtail = tail(os.path.join(out, "logs", lid + ".log"))
         append_jsonl(os.path.join(out, "launches.jsonl"), {
-            "launch_id": lid, "kind": kind, "transport": tr, "world_size": W, "status": status, "rc": rc,
-            "wall_s": wall, "budget_s": budget, "cmd": cmd, "nccl_env": {k: v for k, v in env.items()
-                                                                       if k.startswith("NCCL_")},
-            "log_tail": logtail[-1500:] if status != "ok" else None})
+            "launch_id": lid, "kind": kind, "transport": tr, "world_size": W, "nodes": N, "gpus_per_node": G,
+            "status": status, "rc": rc, "wall_s": wall, "budget_s": budget, "cmd": cmd,
+            "nccl_env": {k: v for k, v in env.items() if k.startswith("NCCL_")},
+            "t_start_s": time.time() - t0 - wall, "log_tail": logtail[-1500:] if status != "ok" else None})
         print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} {status} rc={rc} in {wall:.0f}s",
               flush=True)
         if status != "ok":
             print(logtail[-1500:], flush=True)
-        if kind != "profile":
-            run_caps_l = caps_l if kind == "sweep" else [int(c) for c in a.repeat_caps.split(",")]
-            nmiss = record_missing(out, lid, tr, W, models, run_caps_l, timing_cap if kind == "sweep" else None,
+        if kind in ("sweep", "repeat"):
+            nmiss = record_missing(out, lid, miss_base, keys,
                                    f"not run: launch {lid} ended with {status} (rc={rc}); see logs/{lid}.log")
             if nmiss:
                 print(f"[campaign] {nmiss:d} configurations of {lid} recorded as failed (never written)",
                       flush=True)
             if kind == "sweep" and not a.skip_allreduce:
-                have_ar = any(r.get("launch_id") == lid for r in read_jsonl(os.path.join(out, "allreduce.jsonl")))
-                if not have_ar:
-                    append_jsonl(os.path.join(out, "allreduce.jsonl"), {
-                        "schema": "ddpsim.allreduce/1", "status": "failed", "world_size": W, "transport": tr,
-                        "launch_id": lid, "dtype": "float32", "rows": [], "fingerprint": None,
-                        "error": f"launch {lid} ended with {status} (rc={rc}): {logtail[-800:]}"})
+                have = {r.get("algorithm_forced") or "default" for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))
+                        if r.get("launch_id") == lid}
+                for algo in [x for x in a.algos.split(",") if x]:
+                    if algo not in have:
+                        append_jsonl(os.path.join(out, "allreduce.jsonl"), {
+                            "schema": "ddpsim.allreduce/1", "status": "failed", "world_size": W, "transport": tr,
+                            "launch_id": lid, "dtype": "float32", "rows": [], "fingerprint": None,
+                            "nodes": N, "gpus_per_node": G, "algorithm_forced": None if algo == "default" else algo,
+                            "error": f"launch {lid} ended with {status} (rc={rc}): {logtail[-800:]}"})
         try:
+            trim_nccl_logs(out)
             pack(out, a.pack_to)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             print(f"[campaign] pack failed: {e!r}", flush=True)
+    trim_nccl_logs(out)
     pack(out, a.pack_to)
     print(summary(out), flush=True)
     print(f"[campaign] done in {time.time() - t0:.0f}s -> {os.path.join(out, 'campaign.tar.gz')}", flush=True)

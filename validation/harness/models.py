@@ -1,14 +1,21 @@
-"""Plain-torch benchmark models (no torchvision, no transformers).
+"""Benchmark models: plain torch (torchvision only for vit-b16, skipped with a reason without it).
 
 Each model is described by a ModelSpec: how to build it, the synthetic batch, the loss,
 the optimizer, the precision.  Parameter names/shapes/registration order follow the
 reference implementations (torchvision resnet50, HF GPT-2) so DDP bucket layouts match.
+
+Besides the built-in names, ``resolve("package.module:factory")`` accepts any model: ``factory()``
+returns ``(model, make_batch)`` or ``(model, make_batch, loss_fn)`` where ``make_batch(batch_size,
+device, seed)`` returns the batch and ``loss_fn(model, batch)`` the scalar loss (default: for a batch
+``(x, y)`` cross-entropy of ``model(x)`` against an integer ``y``, MSE against a float ``y``; for any
+other batch ``model(batch).float().pow(2).mean()``).  Such models train in fp32 with SGD.
 """
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn as nn
@@ -178,6 +185,55 @@ def tiny_mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
+# ----------------------------------------------------------------------------- unseen models
+class BertLarge(nn.Module):
+    """BERT-large-like encoder on nn.TransformerEncoder: 24 post-LN layers, d=1024, 16 heads, FFN 4096,
+    word/position/type embeddings, MLM head (dense + LayerNorm, decoder tied to the word embedding)."""
+
+    def __init__(self, n_layer=24, d=1024, n_head=16, vocab=30522, n_positions=512):
+        super().__init__()
+        self.word_embeddings = nn.Embedding(vocab, d)
+        self.position_embeddings = nn.Embedding(n_positions, d)
+        self.token_type_embeddings = nn.Embedding(2, d)
+        self.emb_norm = nn.LayerNorm(d)
+        layer = nn.TransformerEncoderLayer(d, n_head, dim_feedforward=4 * d, dropout=0.1, activation="gelu",
+                                           batch_first=True, norm_first=False)
+        # enable_nested_tensor only matters for padded inference; off keeps training on the plain path
+        self.encoder = nn.TransformerEncoder(layer, n_layer, enable_nested_tensor=False)
+        self.head_dense = nn.Linear(d, d)
+        self.head_norm = nn.LayerNorm(d)
+        self.decoder = nn.Linear(d, vocab)
+        self.decoder.weight = self.word_embeddings.weight  # tied, as in BERT's MLM head
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        pos = torch.arange(T, device=idx.device)
+        x = self.word_embeddings(idx) + self.position_embeddings(pos) + self.token_type_embeddings(
+            torch.zeros_like(idx))
+        x = self.encoder(self.emb_norm(x))
+        x = self.head_norm(F.gelu(self.head_dense(x)))
+        return self.decoder(x)
+
+
+def bert_large():
+    return BertLarge()
+
+
+def vit_b16():
+    import torchvision  # optional dependency: the spec is skipped with the import error when missing
+
+    return torchvision.models.vit_b_16(weights=None)
+
+
+def mlp_ln_64(width=1024, depth=64):
+    """64 x (Linear, LayerNorm, GELU): many small gradient tensors (192), launch-bound."""
+    mods = []
+    for _ in range(depth):
+        mods += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
+    mods.append(nn.Linear(width, width))
+    return nn.Sequential(*mods)
+
+
 # ----------------------------------------------------------------------------- specs
 @dataclass
 class ModelSpec:
@@ -187,22 +243,44 @@ class ModelSpec:
     precision: str  # "fp32" | "bf16-amp"
     seq_len: int | None
     optimizer: str  # "sgd" | "adamw"
-    kind: str  # "cnn" | "gpt" | "mlp"
+    kind: str  # "cnn" | "gpt" | "mlm" | "mlp" | "custom"
     in_shape: tuple = ()
     num_classes: int = 0
     vocab: int = 0
+    requires: str | None = None  # an optional module the model needs (checked by available())
+    batch_fn: Callable | None = None  # custom models: make_batch(batch_size, device, seed)
+    loss_fn: Callable | None = None  # custom models: loss_fn(model, batch)
+    source: str = "builtin"
+
+    def available(self) -> tuple[bool, str | None]:
+        """(True, None), or (False, why) when an optional dependency does not import."""
+        if self.requires:
+            try:
+                importlib.import_module(self.requires)
+            except Exception as e:  # noqa: BLE001 - any import failure means: skip with the reason
+                return False, f"{self.requires} not importable: {e!r}"
+        return True, None
 
     def make_batch(self, device, seed=1234):
+        if self.batch_fn is not None:
+            return self.batch_fn(self.batch_size, device, seed)
         g = torch.Generator(device="cpu").manual_seed(seed)
         if self.kind == "gpt":
             tok = torch.randint(0, self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
             tok = tok.to(device)
             return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
+        if self.kind == "mlm":  # synthetic masked-LM: predict random tokens at every position
+            tok = torch.randint(0, self.vocab, (2, self.batch_size, self.seq_len), generator=g).to(device)
+            return tok[0].contiguous(), tok[1].contiguous()
         x = torch.randn((self.batch_size,) + tuple(self.in_shape), generator=g).to(device)
         y = torch.randint(0, self.num_classes, (self.batch_size,), generator=g).to(device)
         return x, y
 
     def loss(self, model, batch):
+        if self.loss_fn is not None:
+            return self.loss_fn(model, batch)
+        if self.source != "builtin":
+            return default_custom_loss(model, batch)
         x, y = batch
         if self.precision == "bf16-amp":
             dev_type = x.device.type
@@ -218,13 +296,62 @@ class ModelSpec:
         return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
+def default_custom_loss(model, batch):
+    if isinstance(batch, (tuple, list)) and len(batch) == 2:
+        x, y = batch
+        out = model(x)
+        if not torch.is_floating_point(y):
+            return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+        return F.mse_loss(out.float(), y.float())
+    return model(batch).float().pow(2).mean()
+
+
 MODELS = {
     "resnet50": ModelSpec("resnet50", resnet50, 64, "fp32", None, "sgd", "cnn", (3, 224, 224), 1000),
     "gpt2-124m": ModelSpec("gpt2-124m", gpt2_124m, 8, "bf16-amp", 512, "adamw", "gpt", vocab=50257),
     "mlp-heavy": ModelSpec("mlp-heavy", mlp_heavy, 32, "fp32", None, "sgd", "mlp", (4096,), 4096),
+    # unseen by ddpsim's calibration (issue: any model, any DDP option)
+    "bert-large": ModelSpec("bert-large", bert_large, 32, "bf16-amp", 128, "adamw", "mlm", vocab=30522),
+    "vit-b16": ModelSpec("vit-b16", vit_b16, 32, "bf16-amp", None, "adamw", "cnn", (3, 224, 224), 1000,
+                         requires="torchvision"),
+    "mlp-ln-64": ModelSpec("mlp-ln-64", mlp_ln_64, 256, "fp32", None, "sgd", "mlp", (1024,), 1024),
     # for offline tests / smoke runs
     "tiny-mlp": ModelSpec("tiny-mlp", tiny_mlp, 4, "fp32", None, "sgd", "mlp", (16,), 8),
 }
+
+
+def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
+    """A built-in name or ``module:factory`` -> ModelSpec (batch_size overrides the default)."""
+    if name in MODELS:
+        spec = MODELS[name]
+    elif ":" in name:
+        mod_name, fn_name = name.split(":", 1)
+        factory = getattr(importlib.import_module(mod_name), fn_name)
+        first = factory()
+        make_batch = first[1]
+        loss_fn = first[2] if len(first) > 2 else None
+        # build() must give a fresh model for every DDP instance: call the factory again after the first
+        cache = {"model": first[0]}
+
+        def build():
+            m = cache.pop("model", None)
+            return m if m is not None else factory()[0]
+
+        spec = ModelSpec(name, build, 8, "fp32", None, "sgd", "custom", batch_fn=make_batch, loss_fn=loss_fn,
+                         source=name)
+    else:
+        raise KeyError(f"unknown model {name!r} (built-in: {', '.join(MODELS)}; or module:factory)")
+    if batch_size is not None and batch_size != spec.batch_size:
+        spec = replace(spec, batch_size=int(batch_size))
+    return spec
+
+
+def file_stem(name: str, batch_size: int | None = None, default_bs: int | None = None) -> str:
+    """A file-name-safe stem for a model (module:factory names hold ':'), -bs<B> for a non-default batch."""
+    stem = "".join(c if (c.isalnum() or c in "._-") else "_" for c in name)
+    if batch_size is not None and default_bs is not None and batch_size != default_bs:
+        stem += f"-bs{batch_size:d}"
+    return stem
 
 
 def ddp_param_order(model: nn.Module):
@@ -243,3 +370,14 @@ def ddp_param_order(model: nn.Module):
 
 def buffers_bytes(model: nn.Module) -> int:
     return sum(b.numel() * b.element_size() for b in model.buffers())
+
+
+def example_factory():
+    """The ``module:factory`` convention, as used by tests: ``--models validation.harness.models:example_factory``."""
+
+    def make_batch(batch_size, device, seed):
+        g = torch.Generator(device="cpu").manual_seed(seed)
+        x = torch.randn(batch_size, 12, generator=g).to(device)
+        return x, torch.randint(0, 3, (batch_size,), generator=g).to(device)
+
+    return nn.Sequential(nn.Linear(12, 24), nn.Tanh(), nn.Linear(24, 3)), make_batch

@@ -1,8 +1,17 @@
-"""Measurement worker. Runs under torchrun (sweep mode) or as a plain process (profile mode).
+"""Measurement worker. Runs under torchrun (sweep / microbench modes) or as a plain process (profile mode).
 
-sweep mode (one NCCL process group for the whole launch):
-  (1) all-reduce sweep 4 KiB .. 1 GiB -> allreduce.jsonl + allreduce_<transport>_w<W>.txt
-  (2) every model x bucket cap DDP run  -> ddp_runs.jsonl (+ one comm-hook timing run per model)
+sweep mode (one process group for the launch, plus one per forced NCCL algorithm):
+  (0) shape: --gpus-per-node G gives every G consecutive local ranks their own NCCL_HOSTID (set here, before
+      the process group exists), so NCCL treats them as separate nodes and talks between them through its
+      network transport (the campaign sets NCCL_NET=Socket NCCL_IB_DISABLE=1).  Under a real
+      `torchrun --nnodes N` nothing is emulated: nodes = WORLD_SIZE / LOCAL_WORLD_SIZE.
+  (1) all-reduce sweeps 4 KiB .. 1 GiB, once per --algos entry (default: NCCL's choice; ring/tree: a new
+      communicator created while NCCL_ALGO=Ring/Tree is set, NCCL reads it at communicator init)
+      -> allreduce.jsonl + nccl-tests text files
+  (2) DDP configurations (model x batch size x bucket cap x option variant), built per model group and
+      measured in interleaved rounds (A B C A B C), the reference configuration at the start and at the end
+      of the launch -> ddp_runs.jsonl
+microbench mode: microbench.jsonl (see microbench.py)
 profile mode (world size 1, no process group): profiles/<model>.json
 
 Only rank 0 writes.  Everything uses RANK/WORLD_SIZE/LOCAL_RANK from torchrun, nothing assumes one host.
@@ -14,6 +23,7 @@ import argparse
 import contextlib
 import datetime
 import os
+import re
 import sys
 import time
 import traceback
@@ -21,6 +31,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
+from . import nccl_log
 from .common import (
     Marker,
     append_jsonl,
@@ -32,7 +43,7 @@ from .common import (
     synchronize,
     write_json,
 )
-from .models import MODELS, buffers_bytes, ddp_param_order
+from .models import MODELS, buffers_bytes, ddp_param_order, file_stem, resolve
 
 KiB = 1024
 
@@ -62,7 +73,7 @@ def bcast_int(v: int, device) -> int:
 
 
 # ============================================================================ (1) all-reduce sweep
-def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, max_bytes=1 << 30):
+def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, max_bytes=1 << 30, group=None):
     sizes = []
     s = min_bytes
     while s <= max_bytes:
@@ -70,8 +81,8 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
         s *= 2
     buf = torch.zeros(max_bytes // 4, dtype=torch.float32, device=device)
     for _ in range(5):
-        dist.all_reduce(buf[:1024])
-    dist.all_reduce(buf[: (16 << 20) // 4])
+        dist.all_reduce(buf[:1024], group=group)
+    dist.all_reduce(buf[: (16 << 20) // 4], group=group)
     synchronize(device)
     per_size = max(0.05, min(1.5, budget_s / len(sizes)))
     max_reps = 10 if quick else 50
@@ -83,7 +94,7 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
         nwarm = 2 if nbytes >= (256 << 20) else 5
         w0 = time.perf_counter()
         for _ in range(nwarm):
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=group)
         synchronize(device)
         est = (time.perf_counter() - w0) / nwarm
         reps = max(min_reps, min(max_reps, int(per_size / max(est, 1e-6))))
@@ -93,7 +104,7 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
         marks = [(Marker(device), Marker(device)) for _ in range(reps)]
         for a, b in marks:
             a.record()
-            dist.all_reduce(t)
+            dist.all_reduce(t, group=group)
             b.record()
         synchronize(device)
         us = [b.seconds_since(a) * 1e6 for a, b in marks]
@@ -256,34 +267,6 @@ class BucketTimer:
         return out
 
 
-def _steps(ddp, spec, opt, batch, n, device, sync=True, timer=None):
-    res = {"step": [], "fwd": [], "bwd": [], "opt": [], "wall": []}
-    ctx = contextlib.nullcontext if sync else ddp.no_sync
-    for _ in range(n):
-        m0, m1, m2, m3 = (Marker(device) for _ in range(4))
-        w0 = time.perf_counter()
-        with ctx():
-            m0.record()
-            opt.zero_grad(set_to_none=True)
-            loss = spec.loss(ddp, batch)
-            m1.record()
-            if timer is not None:
-                timer.begin(m1)
-            loss.backward()
-            m2.record()
-        opt.step()
-        m3.record()
-        synchronize(device)
-        res["wall"].append(time.perf_counter() - w0)
-        res["step"].append(m3.seconds_since(m0))
-        res["fwd"].append(m1.seconds_since(m0))
-        res["bwd"].append(m2.seconds_since(m1))
-        res["opt"].append(m3.seconds_since(m2))
-        if timer is not None:
-            timer.collect()
-    return res
-
-
 def _parse_list(s, conv=int):
     if s is None or s == "":
         return None
@@ -296,81 +279,243 @@ def _parse_indices(s):
     return [[int(x) for x in grp.split()] for grp in str(s).split(",")]
 
 
-def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook=None, seed=0):
-    from torch.nn.parallel import DistributedDataParallel as DDP
 
-    rank = dist.get_rank()
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = spec.build()
-    model.train()
-    order = ddp_param_order(model)
-    index_of_param = {id(p): i for i, (_, p) in enumerate(order)}
-    kw = dict(bucket_cap_mb=cap, gradient_as_bucket_view=False)  # broadcast_buffers: default True
-    if device.type == "cuda":
-        kw["device_ids"] = [device.index]
-    ddp = DDP(model, **kw)
-    timer = None
-    if comm_hook == "timing":
-        timer = BucketTimer(W, device, index_of_param)
-        ddp.register_comm_hook(None, timer.hook)
-    opt = spec.make_optimizer(ddp.parameters())
-    batch = spec.make_batch(device, seed=1234 + rank)
-    _steps(ddp, spec, opt, batch, warmup, device, True, timer)  # iteration 1 + rebuild in iteration 2 excluded
-    if timer is not None:
-        timer.active = True
-    s = _steps(ddp, spec, opt, batch, steps, device, True, timer)
-    if timer is not None:
-        timer.active = False
-    ns = _steps(ddp, spec, opt, batch, nosync_steps, device, False, None) if nosync_steps > 0 else None
-    # the logger samples the rebuilt layout at the forward of iteration >= 3 (warmup >= 3 guarantees it)
-    logd = {}
+# ============================================================================ DDP option variants
+# Every run record carries all of these fields explicitly (the defaults are plain DDP).
+VARIANT_DEFAULTS = {"gradient_as_bucket_view": False, "comm_hook": None, "timing_hook": False,
+                    "grad_accumulation_steps": 1, "find_unused_parameters": False, "static_graph": False}
+VARIANT_PARTS = {
+    "none": {},
+    "gbv": {"gradient_as_bucket_view": True},
+    "fp16": {"comm_hook": "fp16"},
+    "bf16": {"comm_hook": "bf16"},
+    "find_unused": {"find_unused_parameters": True},
+    "static_graph": {"static_graph": True},
+    "timing": {"timing_hook": True},
+}
+
+
+def variant_options(name: str) -> dict:
+    """'none', 'gbv', 'fp16', 'bf16', 'accumK', 'find_unused', 'static_graph', 'timing', or several joined by
+    '+' (e.g. 'gbv+bf16') -> the explicit option fields."""
+    opts = dict(VARIANT_DEFAULTS)
+    for part in name.split("+"):
+        m = re.fullmatch(r"accum(\d+)", part)
+        if m:
+            opts["grad_accumulation_steps"] = int(m.group(1))
+        elif part in VARIANT_PARTS:
+            opts.update(VARIANT_PARTS[part])
+        else:
+            raise ValueError(f"unknown DDP variant {part!r} (known: {', '.join(VARIANT_PARTS)}, accumK)")
+    if opts["timing_hook"] and opts["comm_hook"]:
+        raise ValueError("the timing hook and a compress hook cannot be registered together (one comm hook)")
+    if opts["grad_accumulation_steps"] < 1:
+        raise ValueError("accumK needs K >= 1")
+    return opts
+
+
+def is_default_ddp(opts: dict) -> bool:
+    return all(opts[k] == v for k, v in VARIANT_DEFAULTS.items())
+
+
+# ============================================================================ (3) DDP runs
+class Runner:
+    """One live DDP configuration: model, DDP wrapper with its options, optimizer, batch.  Kept alive while
+    its group is measured so that rounds can be interleaved without rebuilding."""
+
+    def __init__(self, spec, cap, variant, device, W, seed=0):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        self.spec, self.cap, self.variant, self.device, self.W = spec, cap, variant, device, W
+        self.opts = variant_options(variant)
+        rank = dist.get_rank()
+        torch.manual_seed(seed)
+        with torch.device(device):
+            model = spec.build()
+        model.train()
+        self.order = ddp_param_order(model)
+        index_of_param = {id(p): i for i, (_, p) in enumerate(self.order)}
+        kw = dict(bucket_cap_mb=cap, gradient_as_bucket_view=self.opts["gradient_as_bucket_view"],
+                  find_unused_parameters=self.opts["find_unused_parameters"],
+                  static_graph=self.opts["static_graph"])  # broadcast_buffers: default True
+        if device.type == "cuda":
+            kw["device_ids"] = [device.index]
+        self.ddp = DDP(model, **kw)
+        self.model = model
+        self.timer = None
+        if self.opts["timing_hook"]:
+            self.timer = BucketTimer(W, device, index_of_param)
+            self.ddp.register_comm_hook(None, self.timer.hook)
+        elif self.opts["comm_hook"]:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
+            self.ddp.register_comm_hook(None, hook[self.opts["comm_hook"]])
+        self.opt = spec.make_optimizer(self.ddp.parameters())
+        self.batch = spec.make_batch(device, seed=1234 + rank)
+        self.rounds = []
+        self.nosync = None
+        self.step_wall_estimate = None
+        self.warmup_done = 0
+
+    def _one_step(self, sync=True):
+        """One optimizer step (K micro-batches, the first K-1 under no_sync).  Returns markers and wall time."""
+        K = self.opts["grad_accumulation_steps"]
+        d = self.device
+        m0, mf, m1, m2, m3 = (Marker(d) for _ in range(5))
+        w0 = time.perf_counter()
+        m0.record()
+        self.opt.zero_grad(set_to_none=True)
+        for k in range(K):
+            last = k == K - 1
+            ctx = contextlib.nullcontext() if (sync and last) else self.ddp.no_sync()
+            with ctx:
+                if last and K > 1:
+                    mf.record()
+                loss = self.spec.loss(self.ddp, self.batch)
+                if K > 1:
+                    loss = loss / K
+                if last:
+                    m1.record()
+                    if self.timer is not None and sync:
+                        self.timer.begin(m1)
+                loss.backward()
+                if last:
+                    m2.record()
+        self.opt.step()
+        m3.record()
+        synchronize(d)
+        wall = time.perf_counter() - w0
+        fwd_start = m0 if K == 1 else mf
+        return {"step": m3.seconds_since(m0), "wall": wall, "fwd": m1.seconds_since(fwd_start),
+                "bwd": m2.seconds_since(m1), "opt": m3.seconds_since(m2)}
+
+    def run_steps(self, n, sync=True, timed_hook=False):
+        res = {"step": [], "fwd": [], "bwd": [], "opt": [], "wall": []}
+        if self.timer is not None:
+            self.timer.active = timed_hook and sync
+        for _ in range(n):
+            r = self._one_step(sync)
+            for k in res:
+                res[k].append(r[k])
+            if self.timer is not None and self.timer.active:
+                self.timer.collect()
+        if self.timer is not None:
+            self.timer.active = False
+        return res
+
+    def warmup(self, n):
+        # iteration 1 (one bucket) and the rebuild in iteration 2 are excluded; >= 3 so that DDP's logger has
+        # sampled the rebuilt layout
+        r = self.run_steps(n)
+        self.warmup_done += n
+        self.step_wall_estimate = r["wall"][-1] if r["wall"] else None
+
+    def measure_round(self, steps, round_warmup, position, slot, t_launch0):
+        if round_warmup:
+            self.run_steps(round_warmup)
+        t0 = time.perf_counter() - t_launch0
+        r = self.run_steps(steps, timed_hook=True)
+        self.step_wall_estimate = median(r["wall"])
+        self.rounds.append({
+            "round": sum(1 for x in self.rounds if x["position"] == "round") if position == "round" else None,
+            "position": position, "slot": slot, "t_start_s": t0, "steps": steps, "round_warmup": round_warmup,
+            "step_s_median": median(r["step"]), "step_s_p10": quantile(r["step"], 0.1),
+            "step_s_p90": quantile(r["step"], 0.9),
+            "step_wall_s_median": median(r["wall"]), "step_wall_s_p10": quantile(r["wall"], 0.1),
+            "step_wall_s_p90": quantile(r["wall"], 0.9),
+            "step_times_s": r["step"], "step_wall_times_s": r["wall"],
+            "forward_s_median": median(r["fwd"]), "backward_s_median": median(r["bwd"]),
+            "optimizer_s_median": median(r["opt"]),
+        })
+
+    def measure_nosync(self, n):
+        if n > 0:
+            self.nosync = self.run_steps(n, sync=False)
+
+    def record(self):
+        """The run's measurement fields (a collective: every rank must call it at the same point)."""
+        pooled = {k: [] for k in ("step_times_s", "step_wall_times_s")}
+        for r in self.rounds:
+            pooled["step_times_s"] += r["step_times_s"]
+            pooled["step_wall_times_s"] += r["step_wall_times_s"]
+        st, wt = pooled["step_times_s"], pooled["step_wall_times_s"]
+        ns = self.nosync
+        logd = {}
+        try:
+            raw = self.ddp._get_ddp_logging_data()
+            keep = ("bucket_cap_bytes", "bucket_sizes", "has_rebuilt_buckets", "rebuilt_bucket_sizes",
+                    "rebuilt_per_bucket_param_indices", "prev_iteration_grad_ready_order_indices", "iteration",
+                    "num_buckets_reduced", "total_parameter_size_bytes", "comm_hook", "avg_forward_compute_time",
+                    "avg_backward_compute_time", "avg_backward_comm_time", "avg_backward_compute_comm_overlap_time",
+                    "find_unused_parameters", "static_graph", "gradient_as_bucket_view")
+            logd = {k: raw[k] for k in keep if k in raw}
+            logd["_all_keys"] = sorted(raw.keys())
+        except Exception as e:  # noqa: BLE001 - a logging-data failure must not lose the measurement
+            logd = {"_error": repr(e)}
+        step_max = None
+        if self.W > 1 and st:
+            t = torch.tensor(st, dtype=torch.float64, device=self.device)
+            g = [torch.zeros_like(t) for _ in range(self.W)]
+            dist.all_gather(g, t)
+            step_max = median(torch.stack(g).max(dim=0).values.tolist())
+        # rebuilt layout when DDP rebuilt its buckets; otherwise (find_unused_parameters: no rebuild) the
+        # initial layout, in reverse registration order
+        sizes = _parse_list(logd.get("rebuilt_bucket_sizes"))
+        layout_src = "rebuilt_bucket_sizes"
+        if not sizes:
+            sizes = _parse_list(logd.get("bucket_sizes"))
+            layout_src = "bucket_sizes (no rebuild)" if sizes else None
+        regular = [r for r in self.rounds if r["position"] == "round"]
+        return {
+            "step_s_median": median(st), "step_s_p10": quantile(st, 0.1), "step_s_p90": quantile(st, 0.9),
+            "step_times_s": st, "step_s_median_max_over_ranks": step_max,
+            "step_wall_s_median": median(wt), "step_wall_s_p10": quantile(wt, 0.1),
+            "step_wall_s_p90": quantile(wt, 0.9), "step_wall_times_s": wt,
+            "step_time_source": "cuda_event" if self.device.type == "cuda" else "perf_counter",
+            "rounds": self.rounds, "n_rounds": len(regular),
+            "round_medians_s": [r["step_s_median"] for r in regular],
+            "nosync_step_s_median": median(ns["step"]) if ns else None,
+            "nosync_step_s_p10": quantile(ns["step"], 0.1) if ns else None,
+            "nosync_step_s_p90": quantile(ns["step"], 0.9) if ns else None,
+            "nosync_step_times_s": ns["step"] if ns else None,
+            "nosync_forward_s_median": median(ns["fwd"]) if ns else None,
+            "nosync_backward_s_median": median(ns["bwd"]) if ns else None,
+            "nosync_optimizer_s_median": median(ns["opt"]) if ns else None,
+            "forward_s_median": median([r["forward_s_median"] for r in self.rounds]),
+            "backward_s_median": median([r["backward_s_median"] for r in self.rounds]),
+            "optimizer_s_median": median([r["optimizer_s_median"] for r in self.rounds]),
+            "iterations": len(st), "nosync_iterations": len(ns["step"]) if ns else 0, "warmup": self.warmup_done,
+            "bucket_sizes_bytes": sizes,
+            "bucket_param_indices": _parse_indices(logd.get("rebuilt_per_bucket_param_indices")),
+            "grad_ready_order": _parse_list(logd.get("prev_iteration_grad_ready_order_indices")),
+            "bucket_layout_source": (f"ddp._get_ddp_logging_data(): {layout_src} / rebuilt_per_bucket_param_indices "
+                                     "(reducer variable index == registration order)") if layout_src else None,
+            "ddp_logging": logd,
+            "per_bucket": self.timer.summary() if self.timer is not None else None,
+            "per_bucket_samples": ([[list(r) for r in st_] for st_ in self.timer.steps]
+                                   if self.timer is not None else None),
+            "n_params": len(self.order), "param_bytes": sum(p.numel() * p.element_size() for _, p in self.order),
+        }
+
+    def close(self):
+        del self.ddp, self.model, self.opt, self.batch
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook=None, seed=0, variant=None):
+    """One configuration measured in one round (the pre-interleaving API; comm_hook='timing' = variant 'timing')."""
+    if variant is None:
+        variant = "timing" if comm_hook == "timing" else (comm_hook or "none")
+    r = Runner(spec, cap, variant, device, W, seed)
     try:
-        raw = ddp._get_ddp_logging_data()
-        keep = ("bucket_cap_bytes", "bucket_sizes", "has_rebuilt_buckets", "rebuilt_bucket_sizes",
-                "rebuilt_per_bucket_param_indices", "prev_iteration_grad_ready_order_indices", "iteration",
-                "num_buckets_reduced", "total_parameter_size_bytes", "comm_hook", "avg_forward_compute_time",
-                "avg_backward_compute_time", "avg_backward_comm_time", "avg_backward_compute_comm_overlap_time")
-        logd = {k: raw[k] for k in keep if k in raw}
-        logd["_all_keys"] = sorted(raw.keys())
-    except Exception as e:  # noqa
-        logd = {"_error": repr(e)}
-    # max over ranks of each step time (cheap: one small all_gather)
-    step_max = None
-    if W > 1:
-        t = torch.tensor(s["step"], dtype=torch.float64, device=device)
-        g = [torch.zeros_like(t) for _ in range(W)]
-        dist.all_gather(g, t)
-        gm = torch.stack(g).max(dim=0).values.tolist()
-        step_max = median(gm)
-    rec = {
-        "step_s_median": median(s["step"]), "step_s_p10": quantile(s["step"], 0.1),
-        "step_s_p90": quantile(s["step"], 0.9), "step_times_s": s["step"],
-        "step_s_median_max_over_ranks": step_max,
-        "step_wall_s_median": median(s["wall"]),
-        "nosync_step_s_median": median(ns["step"]) if ns else None,
-        "nosync_step_s_p10": quantile(ns["step"], 0.1) if ns else None,
-        "nosync_step_s_p90": quantile(ns["step"], 0.9) if ns else None,
-        "nosync_step_times_s": ns["step"] if ns else None,
-        "nosync_forward_s_median": median(ns["fwd"]) if ns else None,
-        "nosync_backward_s_median": median(ns["bwd"]) if ns else None,
-        "nosync_optimizer_s_median": median(ns["opt"]) if ns else None,
-        "forward_s_median": median(s["fwd"]), "backward_s_median": median(s["bwd"]),
-        "optimizer_s_median": median(s["opt"]),
-        "iterations": steps, "nosync_iterations": nosync_steps, "warmup": warmup,
-        "bucket_sizes_bytes": _parse_list(logd.get("rebuilt_bucket_sizes")),
-        "bucket_param_indices": _parse_indices(logd.get("rebuilt_per_bucket_param_indices")),
-        "grad_ready_order": _parse_list(logd.get("prev_iteration_grad_ready_order_indices")),
-        "bucket_layout_source": "ddp._get_ddp_logging_data(): rebuilt_bucket_sizes / "
-                                "rebuilt_per_bucket_param_indices (reducer variable index == registration order)",
-        "ddp_logging": logd,
-        "per_bucket": timer.summary() if timer is not None else None,
-        "per_bucket_samples": ([[list(r) for r in st] for st in timer.steps] if timer is not None else None),
-        "n_params": len(order), "param_bytes": sum(p.numel() * p.element_size() for _, p in order),
-    }
-    del ddp, model, opt, batch
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
+        r.warmup(warmup)
+        r.measure_round(steps, 0, "round", 0, time.perf_counter())
+        r.measure_nosync(nosync_steps)
+        rec = r.record()
+    finally:
+        r.close()
     return rec
 
 
@@ -401,60 +546,386 @@ def plan_configs(models, caps, timing_cap):
     return out
 
 
+def plan_runs(models, caps, variants, batch_sizes=None, variant_caps=None, timing_cap=None, cap_models=None):
+    """Configurations (model, batch_size or None, cap, variant), grouped by model (and batch size): every cap
+    with variant 'none' (only for the models in ``cap_models`` when given; the others get the variant caps),
+    then every other variant at ``variant_caps`` (default: the first cap), then the timing-hook run at
+    timing_cap.  Order inside a model group = measurement order within each round."""
+    out = []
+    bss = batch_sizes or [None]
+    vcaps = variant_caps if variant_caps is not None else caps[:1]
+    for m in models:
+        for bs in bss:
+            seen = set()
+
+            def add(cap, var, m=m, bs=bs, seen=seen):
+                if (cap, var) not in seen:
+                    seen.add((cap, var))
+                    out.append((m, bs, cap, var))
+
+            if "none" in variants:
+                for cap in (caps if cap_models is None or m in cap_models else vcaps):
+                    add(cap, "none")
+            for var in variants:
+                if var == "none":
+                    continue
+                for cap in vcaps:
+                    add(cap, var)
+            if timing_cap is not None:
+                add(timing_cap, "timing")
+    return out
+
+
+def _cap_value(c):
+    c = str(c)
+    return int(float(c)) if float(c).is_integer() else float(c)
+
+
+def parse_reference(s, default_model=None):
+    """'model:cap[:variant]' (model may itself be module:factory: the cap is the last numeric field)."""
+    if s is None or s.lower() == "none":
+        return None
+    parts = s.split(":")
+    var = "none"
+    if len(parts) >= 3 and not re.fullmatch(r"[0-9.]+", parts[-1]):
+        var = parts.pop()
+    cap = _cap_value(parts.pop())
+    model = ":".join(parts) or default_model
+    return (model, None, cap, var)
+
+
+def run_interleaved(plan, reference, device, W, base_fn, write_fn, *, t_launch0, budget_s, rounds=2, steps=30,
+                    warmup=3, round_warmup=2, nosync_steps=10, build_s=3.0, max_live=6, log_fn=print):
+    """Measure ``plan`` (list of (model, bs, cap, variant)) in model groups, ``rounds`` interleaved rounds per
+    group, the ``reference`` configuration first and last in the launch.  ``base_fn(key, spec)`` gives a record's
+    identifying fields, ``write_fn(rec)`` stores it (rank 0).  Budget decisions are rank 0's (broadcast)."""
+    rank = dist.get_rank()
+    slot = [0]
+    specs = {}
+
+    def spec_of(key):
+        m, bs, _, _ = key
+        if (m, bs) not in specs:
+            specs[(m, bs)] = resolve(m, bs)
+        return specs[(m, bs)]
+
+    def elapsed():
+        return time.perf_counter() - t_launch0
+
+    def est_round(r):
+        return (r.step_wall_estimate or 1.0) * (steps + round_warmup) + 0.5
+
+    def finish(key, runner, status="ok", error=None):
+        spec = spec_of(key)
+        rec = dict(base_fn(key, spec), status=status, error=error)
+        if runner is not None and runner.rounds:
+            try:
+                rec.update(runner.record())
+            except Exception:  # noqa: BLE001
+                rec.update(status="failed", error=traceback.format_exc()[-4000:])
+        elif status == "ok":
+            rec.update(status="skipped", error=f"launch time budget exhausted ({budget_s:.0f}s) before any round")
+        rec["is_reference"] = key == reference
+        write_fn(rec)
+        if rank == 0 and rec["status"] == "ok":
+            log_fn(f"{key[0]!s:<11} bs {spec.batch_size:<4d} cap {key[2]!s:>4} {key[3]!s:<12} "
+                   f"step {rec['step_s_median']:.4f} rounds {rec['round_medians_s']} "
+                   f"nosync {rec['nosync_step_s_median'] or -1:.4f} buckets {len(rec['bucket_sizes_bytes'] or [])}")
+
+    def build(key):
+        spec = spec_of(key)
+        ok, why = spec.available()
+        if not ok:
+            return None, ("skipped", why)
+        try:
+            r = Runner(spec, key[2], key[3], device, W)
+            r.warmup(warmup)
+            return r, None
+        except Exception:  # noqa: BLE001 - a failing configuration is recorded and the launch goes on
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            return None, ("failed", traceback.format_exc()[-4000:])
+
+    def measure(r, position):
+        r.measure_round(steps, round_warmup, position, slot[0], t_launch0)
+        slot[0] += 1
+
+    ref_runner = None
+    if reference is not None:
+        skip = bcast_int(1 if elapsed() + build_s > budget_s else 0, device)
+        if not skip:
+            ref_runner, err = build(reference)
+            if ref_runner is None:
+                finish(reference, None, *err)
+                reference = None
+            else:
+                measure(ref_runner, "reference_start")
+    # reserve time for the reference at the end of the launch
+    def reserve():
+        return est_round(ref_runner) if ref_runner is not None else 0.0
+
+    groups = []
+    for key in plan:
+        g = (key[0], key[1])
+        # a model group larger than max_live is measured in chunks (GPU memory: every member is alive)
+        if not groups or groups[-1][0] != g or len(groups[-1][1]) >= max_live:
+            groups.append((g, []))
+        groups[-1][1].append(key)
+    for _, keys in groups:
+        runners, errors = {}, {}
+        for key in keys:
+            if key == reference and ref_runner is not None:
+                runners[key] = ref_runner
+                continue
+            skip = bcast_int(1 if elapsed() + build_s + reserve() > budget_s else 0, device)
+            if skip:
+                errors[key] = ("skipped", f"launch time budget exhausted ({budget_s:.0f}s)")
+                continue
+            r, err = build(key)
+            if r is None:
+                errors[key] = err
+            else:
+                runners[key] = r
+        for _ in range(rounds):
+            for key in keys:
+                r = runners.get(key)
+                if r is None:
+                    continue
+                skip = bcast_int(1 if elapsed() + est_round(r) + reserve() > budget_s else 0, device)
+                if skip:
+                    continue
+                try:
+                    measure(r, "round")
+                except Exception:  # noqa: BLE001
+                    errors[key] = ("failed", traceback.format_exc()[-4000:])
+                    runners.pop(key).close()
+                    if key == reference:
+                        ref_runner = None  # its record is written as failed below
+        for key in keys:
+            r = runners.get(key)
+            if r is not None and r.opts == VARIANT_DEFAULTS and key != reference:
+                skip = bcast_int(1 if elapsed() + (r.step_wall_estimate or 1.0) * nosync_steps + reserve()
+                                 > budget_s else 0, device)
+                if not skip:
+                    r.measure_nosync(nosync_steps)
+        for key in keys:
+            if key == reference and ref_runner is not None:
+                continue  # written after the end-of-launch measurement
+            r = runners.get(key)
+            if r is not None:
+                finish(key, r)
+                r.close()
+            else:
+                finish(key, None, *errors.get(key, ("failed", "not built")))
+    if ref_runner is not None:
+        if budget_s - elapsed() > 0:
+            measure(ref_runner, "reference_end")
+        ref_runner.measure_nosync(nosync_steps if elapsed() + 5 < budget_s else 0)
+        finish(reference, ref_runner)
+        ref_runner.close()
+
+
+# ============================================================================ shape (nodes x GPUs per node)
+def shape_setup(gpus_per_node, out, launch_id, inter_node_transport=None):
+    """Before init_process_group: this rank's NCCL_HOSTID when several 'nodes' share one host, and its own
+    NCCL_DEBUG_FILE when NCCL_DEBUG is set.  Returns the shape fields every record carries."""
+    rank = int(os.environ.get("RANK", "0"))
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
+    G = int(gpus_per_node) if gpus_per_node else local_world
+    if G < 1 or local_world % G or world % G:
+        raise SystemExit(f"--gpus-per-node {G} must divide the ranks of this host ({local_world}) and the world ({world})")
+    emulated = G < local_world
+    if emulated:
+        # NCCL hashes this string instead of the host name: ranks with different ids are different nodes,
+        # so P2P/SHM are not used between them and NCCL's network transport carries their traffic
+        os.environ["NCCL_HOSTID"] = f"ddpsim-{os.environ.get('GROUP_RANK', '0')}-node{local_rank // G}"
+    nccl_log_path = None
+    if os.environ.get("NCCL_DEBUG"):
+        if not os.environ.get("NCCL_DEBUG_FILE"):
+            os.makedirs(os.path.join(out, "logs"), exist_ok=True)
+            os.environ["NCCL_DEBUG_FILE"] = os.path.join(os.path.abspath(out), "logs",
+                                                         f"nccl_{launch_id}_r{rank:d}.log")
+        nccl_log_path = os.environ["NCCL_DEBUG_FILE"]
+        if "%" in nccl_log_path:
+            nccl_log_path = None  # a pattern (%h, %p) set from outside: not parsed
+    nodes = world // G
+    inter = None
+    if nodes > 1:
+        inter = inter_node_transport or (os.environ.get("NCCL_NET") or "unknown").lower()
+    return {"nodes": nodes, "gpus_per_node": G, "nodes_emulated": emulated,
+            "nccl_hostid": os.environ.get("NCCL_HOSTID") if emulated else None,
+            "inter_node_transport": inter}, nccl_log_path
+
+
+ALGO_ENV = {"ring": "Ring", "tree": "Tree"}
+
+
+def sweep_name(transport, W, shape, algo):
+    if shape["nodes"] == 1 and algo == "default":
+        return f"allreduce_{transport}_w{W:d}.txt"  # the name earlier campaigns used
+    return f"allreduce_{transport}_w{W:d}_{shape['nodes']:d}x{shape['gpus_per_node']:d}_{algo}.txt"
+
+
+def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launch_id):
+    rank = dist.get_rank()
+    algos = [x for x in a.algos.split(",") if x]
+    per_algo_budget = a.allreduce_budget_s / max(1, len(algos))
+    for algo in algos:
+        t0 = time.perf_counter()
+        base = {"schema": "ddpsim.allreduce/1", "fingerprint": fp, "world_size": W, "transport": a.transport,
+                "dtype": "float32", "launch_id": launch_id, **shape,
+                "algorithm_forced": None if algo == "default" else algo}
+        group = None
+        try:
+            env_before = os.environ.get("NCCL_ALGO")
+            if algo != "default":
+                os.environ["NCCL_ALGO"] = ALGO_ENV[algo]
+                try:
+                    group = dist.new_group(backend=backend)
+                    # make sure the communicator exists (read NCCL_ALGO) before the variable goes back
+                    dist.all_reduce(torch.zeros(1, device=device), group=group)
+                    synchronize(device)
+                finally:
+                    if env_before is None:
+                        os.environ.pop("NCCL_ALGO", None)
+                    else:
+                        os.environ["NCCL_ALGO"] = env_before
+            off = nccl_log.size_of(nccl_path)
+            rows = allreduce_sweep(device, W, quick=a.quick, budget_s=per_algo_budget,
+                                   max_bytes=a.allreduce_max_bytes, group=group)
+            choices = nccl_log.tuning_choices(nccl_log.read_from(nccl_path, off)) if rank == 0 else {}
+            for row in rows:
+                c = choices.get(row["bytes"])
+                row["nccl_algo"] = c["algo"] if c else None
+                row["nccl_proto"] = c["proto"] if c else None
+                row["nccl_channels"] = c["channels"] if c else None
+                row["nccl_choice_mixed"] = c["mixed"] if c else None
+            verified = None
+            if algo != "default" and choices:
+                verified = all(r["nccl_algo"] == ALGO_ENV[algo].upper() for r in rows if r["nccl_algo"])
+            rec = dict(base, status="ok", error=None, **topo_fn(),
+                       method="torch.distributed.all_reduce SUM in place, per-call CUDA events, median",
+                       nccl_algo_env=(ALGO_ENV.get(algo) if algo != "default" else env_before),
+                       algorithm_forced_verified=verified, rows=rows)
+            if rank == 0:
+                append_jsonl(os.path.join(a.out, "allreduce.jsonl"), rec)
+                with open(os.path.join(a.out, sweep_name(a.transport, W, shape, algo)), "w") as f:
+                    f.write(nccl_tests_text(rec))
+                big = rows[-1]
+                picks = sorted({f"{r['nccl_algo']}/{r['nccl_proto']}" for r in rows if r["nccl_algo"]})
+                log(f"allreduce {algo} done in {time.perf_counter() - t0:.1f}s; {big['bytes']:d} B: "
+                    f"{big['time_us_median']:.1f} us busbw {big['busbw_GBps']:.2f} GB/s; NCCL picked {picks}")
+        except Exception:  # noqa: BLE001
+            log("allreduce sweep FAILED", algo, traceback.format_exc()[-600:])
+            if rank == 0:
+                append_jsonl(os.path.join(a.out, "allreduce.jsonl"),
+                             dict(base, status="failed", error=traceback.format_exc()[-4000:], rows=[]))
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+        finally:
+            if group is not None:
+                try:
+                    dist.destroy_process_group(group)
+                except Exception:  # noqa: BLE001
+                    pass
+
+
 # ============================================================================ main
+def _profile_main(a, models, batch_sizes, t_start):
+    device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
+    fp = fingerprint(device, 1, "none", 1)
+    for name in models:
+        for bs in (batch_sizes or [None]):
+            if time.perf_counter() - t_start > a.budget_s:
+                log("budget exhausted, skipping profile", name)
+                continue
+            try:
+                spec = resolve(name, bs)
+                ok, why = spec.available()
+                if not ok:
+                    log("profile SKIPPED", name, why)
+                    append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
+                                 {"model": name, "batch_size": spec.batch_size, "status": "skipped", "error": why,
+                                  "fingerprint": fp, "launch_id": a.launch_id})
+                    continue
+                t0 = time.perf_counter()
+                prof = profile_model(spec, device, iters=a.profile_iters, warmup=2 if a.quick else 5)
+                prof["fingerprint"] = fp
+                prof["launch_id"] = a.launch_id
+                prof["status"] = "ok"
+                prof["model_source"] = spec.source
+                default_bs = MODELS[name].batch_size if name in MODELS else None
+                stem = file_stem(name, spec.batch_size, default_bs if default_bs is not None else spec.batch_size)
+                write_json(os.path.join(a.out, "profiles", stem + ".json"), prof)
+                log(f"profile {name} bs {spec.batch_size} step {prof['step_s']:.4f} s fwd {prof['forward_s']:.4f} "
+                    f"bwd {prof['backward_s']:.4f} opt {prof['optimizer_s']:.4f} "
+                    f"({time.perf_counter() - t0:.1f}s)")
+            except Exception as e:  # noqa: BLE001
+                log("profile FAILED", name, repr(e))
+                append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
+                             {"model": name, "batch_size": bs, "status": "failed",
+                              "error": traceback.format_exc()[-4000:], "fingerprint": fp, "launch_id": a.launch_id})
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", choices=["sweep", "profile"], default="sweep")
+    ap.add_argument("--mode", choices=["sweep", "profile", "microbench"], default="sweep")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--transport", default="nvlink")
+    ap.add_argument("--transport", default="nvlink", help="label of the intra-node transport (the campaign sets its env)")
     ap.add_argument("--launch-id", default=None)
-    ap.add_argument("--models", default="resnet50,gpt2-124m,mlp-heavy")
+    ap.add_argument("--models", default="resnet50,gpt2-124m,mlp-heavy",
+                    help="built-in names or module:factory, comma separated")
+    ap.add_argument("--batch-sizes", default=None, help="per-GPU batch sizes (every model x each); default: the model's")
     ap.add_argument("--caps", default="1,5,10,25,50,200")
+    ap.add_argument("--variants", default="none",
+                    help="DDP option variants: none,gbv,fp16,bf16,accum4,find_unused,static_graph,timing (a+b combines)")
+    ap.add_argument("--variant-caps", default=None, help="caps at which the non-'none' variants run (default: first cap)")
+    ap.add_argument("--cap-sweep-models", default=None,
+                    help="models that get every --caps entry (default: all); the others only the variant caps")
+    ap.add_argument("--max-live", type=int, default=6, help="DDP instances alive at once (interleaved together)")
     ap.add_argument("--timing-cap", type=float, default=25)
     ap.add_argument("--no-timing-run", action="store_true")
+    ap.add_argument("--reference", default=None,
+                    help="model:cap[:variant] measured first and last in the launch ('none': no reference); "
+                         "default: first model at the timing cap (or the first cap)")
+    ap.add_argument("--rounds", type=int, default=2, help="interleaved rounds per configuration")
+    ap.add_argument("--round-warmup", type=int, default=2, help="untimed steps before each round")
+    ap.add_argument("--gpus-per-node", type=int, default=None,
+                    help="emulate nodes of G GPUs on this host (own NCCL_HOSTID per group of G local ranks)")
+    ap.add_argument("--inter-node-transport", default=None, help="label recorded for the inter-node transport")
+    ap.add_argument("--algos", default="default", help="all-reduce sweeps: default,ring,tree")
     ap.add_argument("--skip-allreduce", action="store_true")
-    ap.add_argument("--allreduce-budget-s", type=float, default=40.0)
+    ap.add_argument("--skip-ddp", action="store_true")
+    ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining configs past this")
     ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration per round")
     ap.add_argument("--nosync-steps", type=int, default=None)
     ap.add_argument("--profile-iters", type=int, default=20)
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
     models = [m for m in a.models.split(",") if m]
-    caps = [float(c) if "." in c else int(c) for c in a.caps.split(",") if c]
-    nosync = a.steps if a.nosync_steps is None else a.nosync_steps
+    batch_sizes = _parse_list(a.batch_sizes)
+    caps = [_cap_value(c) for c in a.caps.split(",") if c]
+    variants = [v for v in a.variants.split(",") if v]
+    for v in variants:
+        variant_options(v)  # fail early on a typo
+    nosync = min(a.steps, 10) if a.nosync_steps is None else a.nosync_steps
     os.makedirs(a.out, exist_ok=True)
 
     if a.mode == "profile":
-        device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
-        fp = fingerprint(device, 1, "none", 1)
-        for name in models:
-            if time.perf_counter() - t_start > a.budget_s:
-                log("budget exhausted, skipping profile", name)
-                continue
-            try:
-                t0 = time.perf_counter()
-                prof = profile_model(MODELS[name], device, iters=a.profile_iters, warmup=2 if a.quick else 5)
-                prof["fingerprint"] = fp
-                prof["launch_id"] = a.launch_id
-                prof["status"] = "ok"
-                write_json(os.path.join(a.out, "profiles", name + ".json"), prof)
-                log(f"profile {name} step {prof['step_s']:.4f} s fwd {prof['forward_s']:.4f} "
-                    f"bwd {prof['backward_s']:.4f} opt {prof['optimizer_s']:.4f} "
-                    f"({time.perf_counter() - t0:.1f}s)")
-            except Exception as e:
-                log("profile FAILED", name, repr(e))
-                append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
-                             {"model": name, "status": "failed", "error": traceback.format_exc()[-4000:],
-                              "fingerprint": fp, "launch_id": a.launch_id})
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()
-        return 0
+        return _profile_main(a, models, batch_sizes, t_start)
 
-    # ---------------------------------------------------------------- sweep mode (under torchrun)
+    # ---------------------------------------------------------------- sweep / microbench (under torchrun)
+    launch_id = a.launch_id or f"{a.transport}_w{os.environ.get('WORLD_SIZE', '1')}_0"
+    shape, nccl_path = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = get_device(local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -463,80 +934,88 @@ def main(argv=None):
         kw["device_id"] = device
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=300), **kw)
     rank, W = dist.get_rank(), dist.get_world_size()
-    n_hosts = hostname_count()
+    n_hosts = hostname_count()  # also the first collective: NCCL has printed its init lines by now
     fp = fingerprint(device, W, a.transport, n_hosts)
-    launch_id = a.launch_id or f"{a.transport}_w{W:d}_0"
-    log(f"launch {launch_id} world {W:d} device {device} backend {backend} hosts {n_hosts:d}")
+    topo_cache = {}
+
+    def topo():
+        # rank 0 reads what NCCL printed about the default communicator (the first one in its file)
+        if not topo_cache.get("nccl_nnodes_seen") and rank == 0:
+            topo_cache.update(nccl_log.topology(nccl_log.read_from(nccl_path), shape["nodes"]))
+        return dict(topo_cache) or nccl_log.topology("", shape["nodes"])
+
+    log(f"launch {launch_id} world {W:d} device {device} backend {backend} hosts {n_hosts:d} shape "
+        f"{shape['nodes']}x{shape['gpus_per_node']} emulated {shape['nodes_emulated']} "
+        f"NCCL nNodes {topo().get('nccl_nnodes_seen')} via {topo().get('nccl_transports_seen')}")
+
+    if a.mode == "microbench":
+        from . import microbench
+
+        base = {"schema": "ddpsim.microbench/1", "launch_id": launch_id, "world_size": W,
+                "transport": a.transport, **shape, "fingerprint": fp}
+        for name, fn in (("allreduce_overlap", microbench.allreduce_overlap),
+                         ("allreduce_launch_cpu", microbench.allreduce_launch_cpu),
+                         ("cast", microbench.casts)):
+            t0 = time.perf_counter()
+            if t0 - t_start > a.budget_s:
+                log("microbench budget exhausted, skipping", name)
+                continue
+            try:
+                recs = fn(device, W) if name != "cast" else fn(device)
+                if rank == 0:
+                    for r in recs:
+                        append_jsonl(os.path.join(a.out, "microbench.jsonl"), dict(base, status="ok", **r))
+                log(f"microbench {name}: {len(recs)} records in {time.perf_counter() - t0:.1f}s")
+            except Exception:  # noqa: BLE001
+                log("microbench FAILED", name, traceback.format_exc()[-800:])
+                if rank == 0:
+                    append_jsonl(os.path.join(a.out, "microbench.jsonl"),
+                                 dict(base, bench=name, status="failed", error=traceback.format_exc()[-4000:]))
+        _finish(launch_id, t_start)
+        return 0
 
     if not a.skip_allreduce:
-        try:
-            t0 = time.perf_counter()
-            rows = allreduce_sweep(device, W, quick=a.quick, budget_s=a.allreduce_budget_s,
-                                   max_bytes=a.allreduce_max_bytes)
-            rec = {"schema": "ddpsim.allreduce/1", "status": "ok", "error": None, "fingerprint": fp,
-                   "world_size": W, "transport": a.transport, "dtype": "float32", "launch_id": launch_id,
-                   "method": "torch.distributed.all_reduce SUM in place, per-call CUDA events, median",
-                   "rows": rows}
-            if rank == 0:
-                append_jsonl(os.path.join(a.out, "allreduce.jsonl"), rec)
-                with open(os.path.join(a.out, f"allreduce_{a.transport}_w{W:d}.txt"), "w") as f:
-                    f.write(nccl_tests_text(rec))
-                big = rows[-1]
-                log(f"allreduce sweep done in {time.perf_counter() - t0:.1f}s; {big['bytes']:d} B: "
-                    f"{big['time_us_median']:.1f} us busbw {big['busbw_GBps']:.2f} GB/s")
-        except Exception as e:
-            log("allreduce sweep FAILED", repr(e))
-            if rank == 0:
-                append_jsonl(os.path.join(a.out, "allreduce.jsonl"),
-                             {"schema": "ddpsim.allreduce/1", "status": "failed",
-                              "error": traceback.format_exc()[-4000:], "fingerprint": fp, "world_size": W,
-                              "transport": a.transport, "dtype": "float32", "launch_id": launch_id, "rows": []})
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+        allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
 
-    timing_cap = None if a.no_timing_run else (int(a.timing_cap) if float(a.timing_cap).is_integer() else a.timing_cap)
-    configs = plan_configs(models, caps, timing_cap)
-    last_dur = {}
-    for (name, cap, hook) in configs:
-        spec = MODELS[name]
-        elapsed = time.perf_counter() - t_start
-        est = last_dur.get(name, 0.0)
-        skip = bcast_int(1 if elapsed + est > a.budget_s else 0, device)
-        base = {"schema": "ddpsim.ddp_run/1", "model": name, "batch_size": spec.batch_size,
-                "precision": spec.precision, "seq_len": spec.seq_len, "bucket_cap_mb": cap, "world_size": W,
-                "transport": a.transport, "launch_id": launch_id, "comm_hook": hook, "fingerprint": fp}
-        if skip:
+    if not a.skip_ddp:
+        timing_cap = None if a.no_timing_run else _cap_value(a.timing_cap)
+        cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
+        plan = plan_runs(models, caps, variants, batch_sizes, _parse_list(a.variant_caps, _cap_value), timing_cap,
+                         cap_models)
+        if a.reference is None:
+            ref_cap = timing_cap if timing_cap in caps else caps[0]
+            reference = (models[0], (batch_sizes or [None])[0], ref_cap, "none")
+        else:
+            reference = parse_reference(a.reference, models[0])
+        topo_fields = topo()
+
+        def base_fn(key, spec):
+            m, _bs, cap, var = key
+            opts = variant_options(var)
+            return {"schema": "ddpsim.ddp_run/1", "model": m, "batch_size": spec.batch_size,
+                    "precision": spec.precision, "seq_len": spec.seq_len, "bucket_cap_mb": cap, "world_size": W,
+                    "transport": a.transport, "launch_id": launch_id, "variant": var, **opts,
+                    "ddp_options_default": is_default_ddp(opts), "zero_grad_set_to_none": True,
+                    "model_source": spec.source, **shape, **topo_fields, "fingerprint": fp}
+
+        def write_fn(rec):
             if rank == 0:
-                log(f"skip (budget) {name} cap {cap} hook {hook}")
-                append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"),
-                             dict(base, status="skipped", error=f"launch time budget exhausted ({a.budget_s:.0f}s)"))
-            continue
-        t0 = time.perf_counter()
-        try:
-            rec = ddp_run(spec, cap, device, W, warmup=a.warmup, steps=a.steps, nosync_steps=nosync,
-                          comm_hook=hook)
-            rec = dict(base, status="ok", error=None, **rec)
-            if rank == 0:
-                log(f"{name!s:<10} cap {cap!s:>4} hook {hook!s:<6} step {rec['step_s_median']:.4f} "
-                    f"(p10 {rec['step_s_p10']:.4f} p90 {rec['step_s_p90']:.4f}) "
-                    f"nosync {rec['nosync_step_s_median'] or -1:.4f} "
-                    f"buckets {len(rec['bucket_sizes_bytes'] or [])}  {time.perf_counter() - t0:.1f}s")
-        except Exception as e:
-            log(f"FAILED {name} cap {cap}: {e!r}")
-            rec = dict(base, status="failed", error=traceback.format_exc()[-4000:])
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
-        rec["run_wall_s"] = time.perf_counter() - t0
-        last_dur[name] = rec["run_wall_s"]
-        if rank == 0:
-            append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"), rec)
+                append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"), rec)
+
+        run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start, budget_s=a.budget_s,
+                        rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
+                        nosync_steps=nosync, max_live=a.max_live, log_fn=log)
+    _finish(launch_id, t_start)
+    return 0
+
+
+def _finish(launch_id, t_start):
     try:
         dist.barrier()
         dist.destroy_process_group()
-    except Exception:
+    except Exception:  # noqa: BLE001
         pass
     log(f"launch {launch_id} done in {time.perf_counter() - t_start:.1f}s")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,209 @@
+"""Offline (CPU, gloo) checks of the harness's multi-node shapes, DDP option variants, interleaved rounds,
+NCCL log parsing and micro-benchmarks.  One tiny two-rank campaign runs under torchrun (about 20 s)."""
+import json
+import os
+import socket
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from validation.harness import campaign, microbench, models, nccl_log, worker  # noqa: E402
+
+NCCL_LOG = """\
+host:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
+host:1:1 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.2<0>
+host:1:1 [0] NCCL INFO comm 0x5 rank 0 nRanks 4 nNodes 2 localRanks 2 localRank 0 MNNVL 0
+host:1:1 [0] NCCL INFO Trees [0] 1/2/-1->0->-1 [1] 1/-1/-1->0->2
+host:1:1 [0] NCCL INFO Channel 00/0 : 3[3] -> 0[0] [receive] via NET/Socket/0
+host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read
+host:1:1 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1}
+host:1:1 [0] NCCL INFO AllReduce: 4096 Bytes -> Algo TREE proto LL channel{Lo..Hi}={0..1}
+host:1:1 [0] NCCL INFO AllReduce: 1073741824 Bytes -> Algo RING proto SIMPLE channel{Lo..Hi}={0..3}
+host:1:1 [0] NCCL INFO NCCL_ALGO set by environment to Ring
+"""
+
+
+def test_nccl_log_parsing():
+    topo = nccl_log.topology(NCCL_LOG, nodes_expected=2)
+    assert topo["nccl_nnodes_seen"] == 2 and topo["nccl_local_ranks_seen"] == 2 and topo["nccl_nranks_seen"] == 4
+    assert topo["nccl_nnodes_verified"] is True
+    assert topo["nccl_transports_seen"] == ["NET/Socket", "P2P/CUMEM"]
+    assert topo["nccl_inter_node_transport_seen"] == "socket"
+    assert topo["nccl_trees_lines"] and topo["nccl_socket_interface"].startswith("[0]eth0")
+    assert nccl_log.topology(NCCL_LOG, nodes_expected=4)["nccl_nnodes_verified"] is False
+    assert nccl_log.topology("", 2)["nccl_nnodes_verified"] is None  # gloo: nothing printed, nothing claimed
+    ch = nccl_log.tuning_choices(NCCL_LOG)
+    assert ch[4096] == {"algo": "TREE", "proto": "LL", "channels": 2, "calls": 2, "mixed": False}
+    assert ch[1 << 30]["algo"] == "RING" and ch[1 << 30]["proto"] == "SIMPLE"
+    assert nccl_log.algo_env_seen(NCCL_LOG) == ["Ring"]
+    trimmed = nccl_log.trim(NCCL_LOG)
+    assert "Bytes -> Algo" not in trimmed and "nNodes 2" in trimmed and "3 per-call TUNING lines cut" in trimmed
+
+
+def test_variant_options_are_explicit():
+    assert worker.variant_options("none") == worker.VARIANT_DEFAULTS
+    assert worker.is_default_ddp(worker.variant_options("none"))
+    o = worker.variant_options("gbv+bf16+accum4")
+    assert o["gradient_as_bucket_view"] and o["comm_hook"] == "bf16" and o["grad_accumulation_steps"] == 4
+    assert not worker.is_default_ddp(o)
+    assert worker.variant_options("timing")["timing_hook"] and worker.variant_options("timing")["comm_hook"] is None
+    for bad in ("fp17", "timing+fp16"):
+        with pytest.raises(ValueError):
+            worker.variant_options(bad)
+
+
+def test_plan_runs_and_reference():
+    plan = worker.plan_runs(["a", "b"], [1, 25], ["none", "fp16"], variant_caps=[25], cap_models=["b"])
+    assert plan == [("a", None, 25, "none"), ("a", None, 25, "fp16"),
+                    ("b", None, 1, "none"), ("b", None, 25, "none"), ("b", None, 25, "fp16")]
+    assert worker.parse_reference("resnet50:25") == ("resnet50", None, 25, "none")
+    assert worker.parse_reference("pkg.mod:fn:5:gbv") == ("pkg.mod:fn", None, 5, "gbv")
+    assert worker.parse_reference("none") is None
+
+
+def test_unseen_models_and_custom_factory():
+    n = sum(p.numel() for _, p in models.ddp_param_order(models.MODELS["bert-large"].build()))
+    assert 330e6 < n < 340e6  # BERT-large class, decoder tied to the word embedding
+    assert len(models.ddp_param_order(models.mlp_ln_64())) == 64 * 4 + 2
+    ok, why = models.MODELS["vit-b16"].available()
+    assert ok or "torchvision" in why
+    spec = models.resolve("validation.harness.models:example_factory", 5)
+    assert spec.batch_size == 5 and spec.source == "validation.harness.models:example_factory"
+    m1, m2 = spec.build(), spec.build()
+    assert m1 is not m2
+    loss = spec.loss(m1, spec.make_batch(torch.device("cpu"), seed=1))
+    assert loss.dim() == 0 and models.file_stem(spec.name) == "validation.harness.models_example_factory"
+    with pytest.raises(KeyError):
+        models.resolve("no-such-model")
+
+
+def _free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+@pytest.fixture
+def gloo_world1():
+    import torch.distributed as dist
+
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_microbench_records_on_cpu(gloo_world1):
+    dev = torch.device("cpu")
+    ov = microbench.allreduce_overlap(dev, 1, sizes=(4096,), kernels=("gemm", "conv"), reps=3)
+    assert [r["kernel"] for r in ov] == ["gemm", "conv"]
+    for r in ov:
+        assert r["allreduce_alone_us"]["n"] == 3 and r["kernel_with_allreduce_us"]["median"] > 0
+        assert r["allreduce_slowdown_ratio"] > 0
+    cpu = microbench.allreduce_launch_cpu(dev, 1, sizes=(4096,), reps=3)
+    assert cpu[0]["path"] == "python" and cpu[0]["call_cpu_us"]["median"] > 0
+    assert cpu[-1]["path"] == "ddp_comm_hook" and cpu[-1]["repeats"] > 0
+    casts = microbench.casts(dev, sizes_mib=(1,), reps=2)
+    assert {r["to_dtype"] for r in casts} == {"float16", "bfloat16"} and casts[0]["cast_down_us"]["n"] == 2
+    json.dumps(ov + cpu + casts)
+
+
+def test_custom_model_and_variants_in_one_runner(gloo_world1):
+    dev = torch.device("cpu")
+    spec = models.resolve("validation.harness.models:example_factory", 4)
+    for var in ("accum3", "static_graph", "gbv"):
+        r = worker.Runner(spec, 25, var, dev, 1)
+        r.warmup(3)
+        r.measure_round(2, 1, "round", 0, 0.0)
+        rec = r.record()
+        r.close()
+        assert rec["iterations"] == 2 and len(rec["step_wall_times_s"]) == 2 and rec["n_rounds"] == 1
+        assert sum(rec["bucket_sizes_bytes"]) == rec["param_bytes"]
+    r = worker.Runner(spec, 25, "find_unused", dev, 1)
+    r.warmup(3)
+    r.measure_round(2, 0, "round", 0, 0.0)
+    rec = r.record()
+    r.close()
+    assert rec["ddp_logging"].get("find_unused_parameters") in (1, True, None)
+    assert sum(rec["bucket_sizes_bytes"]) == rec["param_bytes"]  # no rebuild: the initial layout
+
+
+def test_two_emulated_nodes_campaign_on_gloo(tmp_path, monkeypatch):
+    """The campaign driver end to end with two CPU ranks as two emulated nodes (2x1): shape fields, explicit
+    option fields, two interleaved rounds per configuration, the reference first and last, forced-algorithm
+    sweeps recorded apart."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "camp"
+    rc = campaign.main(["--out", str(out), "--cpu-slots", "2", "--shapes", "2x1", "--algos", "default,ring",
+                        "--models", "tiny-mlp", "--caps", "1,25", "--variants", "none,gbv,fp16,accum2",
+                        "--variant-caps", "25", "--timing-cap", "none", "--reference", "tiny-mlp:25",
+                        "--rounds", "2", "--steps", "2", "--round-warmup", "1", "--no-profile", "--quick",
+                        "--budget-s", "120"])
+    assert rc == 0
+    runs = [json.loads(x) for x in (out / "ddp_runs.jsonl").read_text().splitlines()]
+    assert {(r["bucket_cap_mb"], r["variant"]) for r in runs} == {(1, "none"), (25, "none"), (25, "gbv"),
+                                                                   (25, "fp16"), (25, "accum2")}
+    for r in runs:
+        assert r["status"] == "ok", r.get("error")
+        assert (r["nodes"], r["gpus_per_node"], r["nodes_emulated"]) == (2, 1, True)
+        assert r["inter_node_transport"] == "socket" and r["transport"] == "socket" and r["world_size"] == 2
+        assert r["nccl_nnodes_verified"] is None  # gloo: NCCL printed nothing
+        for k in worker.VARIANT_DEFAULTS:
+            assert k in r
+        assert r["n_rounds"] >= 2 and len(r["round_medians_s"]) == r["n_rounds"]
+        assert len(r["step_times_s"]) == len(r["step_wall_times_s"]) == r["iterations"]
+        assert r["step_time_source"] == "perf_counter"
+    by_var = {(r["bucket_cap_mb"], r["variant"]): r for r in runs}
+    assert by_var[(25, "fp16")]["comm_hook"] == "fp16" and by_var[(25, "accum2")]["grad_accumulation_steps"] == 2
+    assert by_var[(25, "none")]["ddp_options_default"] and not by_var[(25, "gbv")]["ddp_options_default"]
+    ref = by_var[(25, "none")]
+    assert ref["is_reference"] and sum(r["is_reference"] for r in runs) == 1
+    pos = [x["position"] for x in sorted(ref["rounds"], key=lambda x: x["slot"])]
+    assert pos[0] == "reference_start" and pos[-1] == "reference_end" and pos.count("round") == 2
+    # interleaved: the two rounds of one configuration are separated by the other configurations' rounds
+    slots = sorted(x["slot"] for x in by_var[(1, "none")]["rounds"])
+    assert slots[1] - slots[0] == 5
+    ar = [json.loads(x) for x in (out / "allreduce.jsonl").read_text().splitlines()]
+    assert [(r["algorithm_forced"], r["status"]) for r in ar] == [(None, "ok"), ("ring", "ok")]
+    assert all(r["nodes"] == 2 and r["gpus_per_node"] == 1 and r["rows"] for r in ar)
+    assert (out / "allreduce_socket_w2_2x1_ring.txt").exists()
+    launches = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
+    assert launches[0]["launch_id"] == "socket_2x1_0" and launches[0]["nccl_env"]["NCCL_NET"] == "Socket"
+    assert launches[0]["nccl_env"]["NCCL_IB_DISABLE"] == "1" and launches[0]["nccl_env"]["NCCL_NVLS_ENABLE"] == "0"
+
+
+def test_launch_env_for_emulated_nodes():
+    env = campaign.launch_env("nvlink", ["0", "1", "2", "3"], nodes=2, nccl_debug=True)
+    assert env["NCCL_NET"] == "Socket" and env["NCCL_IB_DISABLE"] == "1" and env["NCCL_DEBUG"] == "INFO"
+    assert "TUNING" in env["NCCL_DEBUG_SUBSYS"] and "NCCL_P2P_DISABLE" not in env
+    env = campaign.launch_env("nvlink", ["0", "1"])
+    assert "NCCL_NET" not in env and "NCCL_DEBUG" not in env and env["NCCL_NVLS_ENABLE"] == "0"
+    assert campaign.parse_shape("2x2") == (2, 2) and campaign.parse_shape("4X1") == (4, 1)
+
+
+def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
+    for k in ("NCCL_HOSTID", "NCCL_DEBUG", "NCCL_DEBUG_FILE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("NCCL_NET", "Socket")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    shape, path = worker.shape_setup(2, str(tmp_path), "lid")
+    assert shape == {"nodes": 2, "gpus_per_node": 2, "nodes_emulated": True, "nccl_hostid": "ddpsim-0-node1",
+                     "inter_node_transport": "socket"}
+    assert os.environ["NCCL_HOSTID"] == "ddpsim-0-node1" and path.endswith("nccl_lid_r3.log")
+    monkeypatch.delenv("NCCL_HOSTID")
+    monkeypatch.delenv("NCCL_DEBUG_FILE")
+    # a real multi-node launch (torchrun --nnodes 2, 2 GPUs each): nothing emulated, no NCCL_HOSTID
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    shape, _ = worker.shape_setup(None, str(tmp_path), "lid")
+    assert (shape["nodes"], shape["gpus_per_node"], shape["nodes_emulated"]) == (2, 2, False)
+    assert "NCCL_HOSTID" not in os.environ
+    with pytest.raises(SystemExit):
+        worker.shape_setup(3, str(tmp_path), "lid")
