@@ -102,7 +102,8 @@ def test_microbench_records_on_cpu(gloo_world1):
     assert [r["kernel"] for r in ov] == ["gemm", "conv"]
     for r in ov:
         assert r["allreduce_alone_us"]["n"] == 3 and r["kernel_with_allreduce_us"]["median"] > 0
-        assert r["allreduce_slowdown_ratio"] > 0
+        assert r["allreduce_slowdown_ratio"] > 0 and r["allreduce_series_slowdown_ratio"] > 0
+        assert r["allreduce_alone_queued_us"]["n"] == 3 and r["allreduce_series_with_kernel_us"] > 0
     cpu = microbench.allreduce_launch_cpu(dev, 1, sizes=(4096,), reps=3)
     assert cpu[0]["path"] == "python" and cpu[0]["call_cpu_us"]["median"] > 0
     assert cpu[-1]["path"] == "ddp_comm_hook" and cpu[-1]["repeats"] > 0

@@ -103,11 +103,25 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
                 marks.append((a, Marker(device).record()))
             synchronize(device)
             comm_alone = [b.seconds_since(a) for a, b in marks]
+            # the same calls queued behind the gate, back to back (no CPU launch gap between them): the
+            # baseline the 'with kernel' calls must be compared with, since those are queued the same way
+            dist.barrier()
+            synchronize(device)
+            _gate(device, 0.02)
+            marks = []
+            for _ in range(reps):
+                a = Marker(device).record()
+                dist.all_reduce(t)
+                marks.append((a, Marker(device).record()))
+            synchronize(device)
+            comm_queued = [b.seconds_since(a) for a, b in marks]
+            span_queued = marks[-1][1].seconds_since(marks[0][0])
             c_med, k_med = median(comm_alone), median(comp_alone)
 
-            # comm under compute: enough kernels to outlast reps all-reduces (x2 for slowdown)
-            n_kern = max(4, int(2.5 * reps * c_med / max(k_med, 1e-6)) + 2)
-            n_kern = min(n_kern, 400)
+            # comm under compute: enough kernels to outlast reps all-reduces even when they run 10x slower
+            # (an all-reduce may wait for SMs until a kernel finishes), at most ~60 ms of kernels
+            n_kern = max(10, int(10 * span_queued / max(k_med, 1e-6)) + 2)
+            n_kern = min(n_kern, max(10, int(0.06 / max(k_med, 1e-6))), 400)
             dist.barrier()
             synchronize(device)
             _gate(device, 0.02)
@@ -127,6 +141,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
                 marks.append((a, Marker(device).record()))
             synchronize(device)
             comm_busy = [b.seconds_since(a) for a, b in marks]
+            span_busy = marks[-1][1].seconds_since(marks[0][0])
             comm_end_in_compute = marks[-1][1].seconds_since(k0) <= k1.seconds_since(k0)
 
             # compute under comm: enough all-reduces to outlast reps kernels
@@ -156,6 +171,11 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
                 "allreduce_alone_us": _stats_us(comm_alone),
                 "allreduce_with_kernel_us": _stats_us(comm_busy),
                 "allreduce_slowdown_ratio": cb / c_med if c_med else None,
+                # added after the 2026-11-26 campaign: the queued baseline and whole-series spans
+                "allreduce_alone_queued_us": _stats_us(comm_queued),
+                "allreduce_series_alone_queued_us": span_queued * 1e6,
+                "allreduce_series_with_kernel_us": span_busy * 1e6,
+                "allreduce_series_slowdown_ratio": span_busy / span_queued if span_queued else None,
                 "kernel_alone_us": _stats_us(comp_alone),
                 "kernel_with_allreduce_us": _stats_us(comp_busy),
                 "kernel_slowdown_ratio": kb / k_med if k_med else None,
