@@ -148,6 +148,21 @@ def test_unused_parameters_with_find_unused_parameters(gloo: Any, cap: float | N
     assert [list(b.param_indices) for b in ddpsim_buckets("with_unused", cap, find_unused=True)] == expected
 
 
+@pytest.mark.parametrize("cap", (0.001, 1, None))
+def test_unused_parameters_with_static_graph(gloo: Any, cap: float | None) -> None:
+    """static_graph accepts unused parameters and rebuilds (after its second iteration) with them last."""
+    model, x = real_model("with_unused")
+    ddp = DDP(model, bucket_cap_mb=cap, static_graph=True)
+    for _ in range(3):
+        ddp(x).sum().backward()
+    ddp(x)
+    expected = parse(ddp._get_ddp_logging_data()["rebuilt_per_bucket_param_indices"])
+    workload = imported("with_unused")
+    compute = step_compute(workload, get_gpu("H100-SXM"))
+    buckets = bucket_layout(workload.params, compute.ready_order, DDPSpec(bucket_cap_mb=cap, static_graph=True))
+    assert [list(b.param_indices) for b in buckets] == expected
+
+
 def test_unused_parameters_are_ready_with_the_first_gradient() -> None:
     """DDP marks unused parameters ready when the first gradient hook fires."""
     workload = imported("with_unused")
@@ -158,3 +173,27 @@ def test_unused_parameters_are_ready_with_the_first_gradient() -> None:
     first = compute.backward_segments[0][1]
     assert set(first[:len(unused)]) == unused and first[len(unused)] == names.index("b.bias")
     assert not unused & set(compute.ready_order)
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_rebuild_with_mixed_dtypes_matches_the_reducer(seed: int) -> None:
+    """The reducer appends its leftover open buckets (one per dtype) in the reverse of the order it
+    first saw their dtypes; compare with its own assignment for shuffled mixed-dtype orders."""
+    import random
+
+    from ddpsim.ddp.buckets import assign_buckets
+
+    torch_dtypes = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16,
+                    "float64": torch.float64}
+    rng = random.Random(seed)
+    kinds = rng.choice([("float32", "bfloat16"), ("float32", "float16", "bfloat16"), tuple(torch_dtypes)])
+    n = rng.randint(2, 40)
+    numels = [rng.choice([1, 7, 1000, 65536, 300_000]) for _ in range(n)]
+    dtypes = [rng.choice(kinds) for _ in range(n)]
+    order = list(range(n))
+    rng.shuffle(order)
+    for limits in ([1 << 20, 25 << 20], [5 << 20], [1 << 30]):
+        tensors = [torch.empty(numels[i], dtype=torch_dtypes[dtypes[i]]) for i in order]
+        expected, _ = dist._compute_bucket_assignment_by_size(tensors, limits, [False] * n, order)
+        sizes = [numels[i] * torch_dtypes[dtypes[i]].itemsize for i in range(n)]
+        assert assign_buckets(sizes, dtypes, limits, order=order) == [list(b) for b in expected]

@@ -101,8 +101,8 @@ def bucket_layout(params: Sequence[ParamTensor], ready_order: Sequence[int], ddp
     if ddp.find_unused_parameters and not ddp.static_graph:
         groups = list(reversed(assign_buckets(sizes, dtypes, _limits(ddp))))
     else:
-        # static_graph accepts unused parameters; where it rebuilds them is not checked against
-        # torch: they go last.
+        # static_graph accepts unused parameters and rebuilds them last, in registration order
+        # (checked against DDP in tests/test_ddp_layouts.py).
         groups = assign_buckets(sizes, dtypes, _limits(ddp), order=[*ready_order, *unused])
     return [_bucket(i, group, params, ddp.comm_hook) for i, group in enumerate(groups)]
 
