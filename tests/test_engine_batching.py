@@ -80,6 +80,28 @@ def test_batched_detailed_equals_per_flow_simulation(algorithm: str, shape: tupl
             assert net.completed_flows == 2 * oracle.completed_flows
 
 
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "hierarchical"])
+def test_all_reduces_of_several_sizes_on_one_network_equal_per_flow_simulation(algorithm: str) -> None:
+    # later sizes reuse the first measurement, scaled (one latency per phase here)
+    model = CollectiveModel(_topology(3, 4, "rail-fat-tree", 0.4), ProtocolTable.ideal())
+    sizes = (3e7, 1e5, 4.4e6, 3e7)
+    env = simpy.Environment()
+    net = FlowNetwork(env, model.topology.capacity_Bps)
+    ends = []
+
+    def body():  # type: ignore[no-untyped-def]
+        for nbytes in sizes:
+            yield from model.allreduce_process(env, net, nbytes, algorithm, "simple", exclusive=True)
+            ends.append(env.now)
+
+    env.process(body())
+    env.run()
+    expected = 0.0
+    for nbytes, end in zip(sizes, ends, strict=True):
+        expected += _per_flow(model, nbytes, algorithm)[0]
+        assert end == pytest.approx(expected, rel=1e-9)
+
+
 def test_replay_simulates_one_repetition_per_phase() -> None:
     model = CollectiveModel(_topology(4, 2, "fat-tree", 0.25))
     _, every = _detailed(model, 3e7, "ring", exclusive=False)

@@ -221,3 +221,40 @@ def test_a_transfer_during_a_replay_is_refused() -> None:
     env.process(intruder())
     with pytest.raises(RuntimeError, match="exclusively"):
         env.run()
+
+
+def _scaled(batch: FlowBatch, factor: float) -> FlowBatch:
+    return batch._replace(nbytes=batch.nbytes * factor)
+
+
+@pytest.mark.parametrize("latencies", [(0.1, 0.1, 0.1), (0.1, 0.3, 0.0)])
+def test_replays_of_a_scaled_batch_equal_simulating_it(latencies: tuple[float, float, float]) -> None:
+    # one key, three sizes: with one common latency the first measurement is scaled (max-min
+    # dynamics are scale-free); with several latencies each new size is measured again
+    capacity = [100.0, 60.0, 25.0]
+    unit = FlowBatch.from_tuples([([0, 1], 120.0, latencies[0], 2), ([0, 2], 40.0, latencies[1], 1),
+                                  ([1], 30.0, latencies[2], 1)])
+    factors = (1.0, 0.01, 7.3)
+    env = simpy.Environment()
+    replayed = FlowNetwork(env, capacity)
+    ends = []
+
+    def body():  # type: ignore[no-untyped-def]
+        for factor in factors:
+            yield from replayed.run_repeated(_scaled(unit, factor), 5, 0.02, replay_key="phase")
+            ends.append(env.now)
+
+    env.process(body())
+    env.run()
+    start, busy, carried = 0.0, np.zeros(3), np.zeros(3)
+    for factor, end in zip(factors, ends, strict=True):
+        done, net = _repeated(capacity, _scaled(unit, factor), 5, 0.02, None)
+        start += done[0]
+        busy, carried = busy + net.busy_time_s, carried + net.carried_bytes
+        assert end == pytest.approx(start, rel=1e-12)
+    assert replayed.busy_time_s == pytest.approx(busy, rel=1e-12)
+    assert replayed.carried_bytes == pytest.approx(carried, rel=1e-12)
+    # exactly one repetition simulated flow by flow: for the first size, or for every size
+    simulated = factors[:1] if len(set(latencies)) == 1 else factors
+    one_each = sum(_repeated(capacity, _scaled(unit, f), 1, 0.02, None)[1].rate_updates for f in simulated)
+    assert replayed.rate_updates == one_each

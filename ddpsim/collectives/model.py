@@ -155,9 +155,9 @@ class CollectiveModel:
         ``exclusive``: nothing else uses ``network`` while this all-reduce runs (DDP's single
         communication stream). The identical repetitions of a phase (ring steps, per-rail ring
         steps) then each start on an idle network, so they take the same time and load the same
-        links: the first is simulated flow by flow and the others added at once, and an all-reduce
-        of a size already seen on this network reuses that measurement
-        (``FlowNetwork.run_repeated``). Without it every repetition is simulated.
+        links: the first is simulated flow by flow and the others added at once, and later
+        all-reduces reuse that measurement, scaled to their size where the phase's flows share one
+        latency (``FlowNetwork.run_repeated``). Without it every repetition is simulated.
         """
         if algorithm == "auto" or protocol == "auto":
             algorithm, protocol = self.choose(nbytes, algorithm, protocol)
@@ -180,7 +180,8 @@ class CollectiveModel:
                 path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
                 fill_s = float(np.sum(path_s)) / priced.phase.repeat  # spread over the repetitions
             batch = FlowBatch(_phase_links(priced), wire_bytes, hop_s, priced.count)
-            key = (id(self), algorithm, protocol, float(nbytes), index) if exclusive else None
+            # one key per phase: its batches differ only by the factor nbytes * stretch
+            key = (id(self), algorithm, protocol, index) if exclusive else None
             yield from network.run_repeated(batch, priced.phase.repeat, fill_s, replay_key=key)
         return algorithm, protocol
 

@@ -56,9 +56,15 @@ class FlowBatch(NamedTuple):
 
 
 class _Replay(NamedTuple):
-    """One repetition of a batch on an otherwise idle network, as measured the first time."""
+    """One repetition of a batch on an otherwise idle network, as measured the first time.
 
-    duration_s: float
+    The flows all arrive ``latency_s`` after the gap (one common latency), then take
+    ``transfer_s``; ``size`` is the batch's largest flow, the unit in which the rest scale.
+    """
+
+    size: float
+    latency_s: float
+    transfer_s: float
     busy_s: np.ndarray
     carried_bytes: np.ndarray
     completed_flows: int
@@ -111,6 +117,7 @@ class FlowNetwork:
 
     @property
     def idle(self) -> bool:
+        """No flow in flight and no replayed collective holding the network."""
         return self._in_flight == 0 and self.env.now >= self._reserved_until
 
     def transfer(self, link_ids: Sequence[int] | np.ndarray, nbytes: float, latency_s: float = 0.0,
@@ -151,22 +158,31 @@ class FlowNetwork:
         after the previous one has fully arrived.
 
         ``replay_key``: the caller promises that nothing else uses this network until the call
-        returns (a collective on its own communication stream). A repetition that starts on an
-        idle network then takes the same time and loads the same links as the first one did, so
-        only the first is simulated flow by flow; the rest are added in one step, and later calls
-        with the same key and batch reuse the measurement. Any transfer started meanwhile raises
-        (the promise was broken). None: every repetition is simulated.
+        returns (a collective on its own communication stream), and that batches passed under one
+        key differ at most by a common factor on ``nbytes`` (same links, latencies and counts).
+        A repetition that starts on an idle network then takes the same time and loads the same
+        links as the first one did, so only the first is simulated flow by flow and the rest are
+        added in one step. When all flows share one latency, max-min sharing after their common
+        arrival is scale-free (rates do not depend on sizes, so k times the bytes finish in the
+        same order at k times the times), and a batch k times as large reuses the measurement
+        with transfer time, busy time and bytes times k. Any transfer started during a replay
+        raises (the promise was broken). None: every repetition is simulated.
         """
         if repeat < 1:
             return
+        size = float(batch.nbytes.max()) if len(batch.nbytes) else 0.0
+        one_latency = len(batch.latency_s) > 0 and bool(np.all(batch.latency_s == batch.latency_s[0]))
         replay = self._replays.get(replay_key) if replay_key is not None else None
+        if replay is not None and not (size == replay.size or (one_latency and size > 0 and replay.size > 0
+                                                                and batch.latency_s[0] == replay.latency_s)):
+            replay = None  # sizes differ and cannot be scaled: measure this batch
         done_reps = 0
         if replay is None:
             idle_at_start = self.idle
-            start_s, busy, carried, completed = (self.env.now, self.busy_time_s.copy(),
-                                                 self.carried_bytes.copy(), self.completed_flows)
+            busy, carried, completed = self.busy_time_s.copy(), self.carried_bytes.copy(), self.completed_flows
             if gap_s > 0:
                 yield self.env.timeout(gap_s)
+            start_s = self.env.now
             yield self.transfer_all(batch)
             done_reps = 1
             # a measurement is reusable only if this batch had the network to itself throughout
@@ -177,20 +193,22 @@ class FlowNetwork:
                         yield self.env.timeout(gap_s)
                     yield self.transfer_all(batch)
                 return
-            self._advance()  # book the last instant's link time before measuring
-            replay = _Replay(self.env.now - start_s, self.busy_time_s - busy, self.carried_bytes - carried,
-                             self.completed_flows - completed)
+            latency_s = float(batch.latency_s[0]) if one_latency else 0.0
+            replay = _Replay(size, latency_s, self.env.now - start_s - latency_s, self.busy_time_s - busy,
+                             self.carried_bytes - carried, self.completed_flows - completed)
             self._replays[replay_key] = replay
         remaining = repeat - done_reps
         if remaining == 0:
             return
         if not self.idle:
             raise RuntimeError("replayed collective found the network busy: another user broke exclusivity")
-        self._reserved_until = self.env.now + remaining * replay.duration_s
-        yield self.env.timeout(remaining * replay.duration_s)
+        scale = 1.0 if size == replay.size else size / replay.size
+        duration_s = remaining * (gap_s + replay.latency_s + scale * replay.transfer_s)
+        self._reserved_until = self.env.now + duration_s
+        yield self.env.timeout(duration_s)
         self._reserved_until = -np.inf
-        self.busy_time_s += remaining * replay.busy_s
-        self.carried_bytes += remaining * replay.carried_bytes
+        self.busy_time_s += (remaining * scale) * replay.busy_s
+        self.carried_bytes += (remaining * scale) * replay.carried_bytes
         self.completed_flows += remaining * replay.completed_flows
         self._last_update_s = self.env.now
 
