@@ -30,7 +30,7 @@ from ddpsim.collectives.schedules import (
     tree_local_pairs,
     tree_max_degree,
 )
-from ddpsim.network import FlowNetwork, LinkMatrix, max_min_rates
+from ddpsim.network import FlowBatch, FlowNetwork, LinkMatrix, max_min_rates
 from ddpsim.topology import TRANSPORTS, Topology
 
 # NCCL's automatic choice weighs Ring and Tree only; hierarchical is there when asked for by name.
@@ -147,10 +147,17 @@ class CollectiveModel:
         nbytes: float,
         algorithm: str = "auto",
         protocol: str = "auto",
+        exclusive: bool = False,
     ) -> Generator[simpy.Event, object, tuple[str, str]]:
         """A simpy process body: every transfer of every phase as a flow on ``network``.
 
         ``network`` must index links as this model's topology does. Returns (algorithm, protocol).
+        ``exclusive``: nothing else uses ``network`` while this all-reduce runs (DDP's single
+        communication stream). The identical repetitions of a phase (ring steps, per-rail ring
+        steps) then each start on an idle network, so they take the same time and load the same
+        links: the first is simulated flow by flow and the others added at once, and later
+        all-reduces reuse that measurement, scaled to their size where the phase's flows share one
+        latency (``FlowNetwork.run_repeated``). Without it every repetition is simulated.
         """
         if algorithm == "auto" or protocol == "auto":
             algorithm, protocol = self.choose(nbytes, algorithm, protocol)
@@ -162,7 +169,7 @@ class CollectiveModel:
         base_s = self.protocol_table.base_latency(algorithm, protocol)
         if base_s > 0:
             yield env.timeout(base_s)
-        for priced in structure:
+        for index, priced in enumerate(structure):
             wire_bytes = priced.fraction * nbytes * stretch / efficiency[priced.transport]
             if priced.path_latency_s is None:
                 hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
@@ -172,12 +179,10 @@ class CollectiveModel:
                 hop_s = np.zeros(len(wire_bytes))
                 path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
                 fill_s = float(np.sum(path_s)) / priced.phase.repeat  # spread over the repetitions
-            link_arrays = [np.array(ids, dtype=np.int64) for ids in priced.link_ids]
-            flows = list(zip(link_arrays, wire_bytes.tolist(), hop_s.tolist(), priced.count.tolist(), strict=True))
-            for _ in range(priced.phase.repeat):
-                if fill_s > 0:
-                    yield env.timeout(fill_s)
-                yield network.transfer_all(flows)
+            batch = FlowBatch(_phase_links(priced), wire_bytes, hop_s, priced.count)
+            # one key per phase: its batches differ only by the factor nbytes * stretch
+            key = (id(self), algorithm, protocol, index) if exclusive else None
+            yield from network.run_repeated(batch, priced.phase.repeat, fill_s, replay_key=key)
         return algorithm, protocol
 
     # -- closed form ----------------------------------------------------------------------------
@@ -324,6 +329,14 @@ class CollectiveModel:
             efficiency = np.array([table.efficiency(protocol, t) for t in TRANSPORTS])
             cached = self._coefficients[key] = (slope, offset, efficiency)
         return cached
+
+
+def _phase_links(priced: _PricedPhase) -> LinkMatrix:
+    """The phase's flow x link incidence, built once per phase (DETAILED mode reuses it per bucket)."""
+    matrix = priced.__dict__.get("_link_matrix")
+    if matrix is None:
+        matrix = priced.__dict__["_link_matrix"] = LinkMatrix.from_lists(priced.link_ids)
+    return matrix
 
 
 def _most_switched(pairs: dict[tuple[int, int], int]) -> int:
