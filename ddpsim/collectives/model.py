@@ -378,9 +378,13 @@ class CollectiveModel:
         return cached
 
     def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
-        """The algorithm's phases for an all-reduce of ``nbytes`` on this topology."""
+        """The algorithm's phases for an all-reduce of ``nbytes`` on this topology, as simulated
+        (hierarchical as one pipeline)."""
         topo = self.topology
-        return build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
+        phases = build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
+        if algorithm == "hierarchical":
+            phases = _pipelined_hierarchical(phases, topo.gpus_per_node, topo.nodes)
+        return phases
 
     def _structure(self, algorithm: str) -> list[_PricedPhase]:
         cached = self._structures.get(algorithm)
@@ -390,8 +394,6 @@ class CollectiveModel:
         transport_code = {name: i for i, name in enumerate(TRANSPORTS)}
         structure = []
         phases = self.schedule(algorithm, 1.0)
-        if algorithm == "hierarchical":
-            phases = _pipelined_hierarchical(phases, topo.gpus_per_node, topo.nodes)
         for phase in phases:
             routes = [topo.route(t.src_rank, t.dst_rank) for t in phase.transfers]
             path_latency = path_transport = None
