@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from ddpsim import external as ext
+from validation import external as ext
 from ddpsim.collectives import CollectiveModel
 from ddpsim.topology import build_topology
 
