@@ -5,6 +5,8 @@ rail-optimised H100-like cluster (NVSwitch 450 GB/s, 8 x 400 Gb/s NICs per node)
 all-reduce per algorithm from a cold model (schedule, routes, fair rates included).
 Columns: ch = channels (rings/trees, one per NIC), build s = topology build, price s = first
 pricing (schedule, routes, max-min rates), peak MB = tracemalloc peak of build + pricing.
+After each size, what ``auto`` picks for the same all-reduce (NCCL's tuning: algorithm and
+protocol with the least NCCL-model estimate) and its predicted time.
 """
 
 from __future__ import annotations
@@ -52,7 +54,12 @@ def main() -> None:
             busbw = model.bus_bandwidth_Bps(args.bytes, algorithm, "simple") / 1e9
             print(f"{gpus:>6} {algorithm:>12} {model.channels:>3} {built - start:>8.3f} {priced - built:>8.3f} "
                   f"{peak_MB:>8.1f} {time_s * 1e3:>13.3f} {busbw:>10.1f}")
+        pick = "/".join(model.choose(args.bytes))
+        auto_s = model.allreduce_time_s(args.bytes)
+        print(f"{gpus:>6} {'auto':>12} {pick:>30} {auto_s * 1e3:>13.3f} "
+              f"{model.bus_bandwidth_Bps(args.bytes) / 1e9:>10.1f}")
         gpus *= 2
+
 
 if __name__ == "__main__":
     main()

@@ -70,6 +70,8 @@ class Result:
     warnings: list[str] = field(default_factory=list)
     events: int = 0
     wall_s: float = 0.0
+    mode_reason: str = ""  # why this mode ran (auto's threshold or the scenario) and which ranks were simulated
+    simulated_ranks: int = 0  # ranks run on the engine after folding identical and dropping dominated ones
     rank_timelines: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False)
 
     @property

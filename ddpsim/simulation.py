@@ -8,8 +8,6 @@ and applies the scenario's Calibration value. ``simulate()`` of a Prepared does 
 from __future__ import annotations
 
 import copy
-import math
-import random
 import statistics
 import time
 from collections.abc import Generator
@@ -21,6 +19,7 @@ import simpy
 from ddpsim.calibration.file import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
+from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
@@ -188,30 +187,28 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     def runner(env_: simpy.Environment, bucket: Bucket) -> Generator[Any, Any, None]:
         alg, proto = model.choose(bucket.wire_bytes, spec_alg, spec_proto)
         if network is not None:
-            yield from model.allreduce_process(env_, network, bucket.wire_bytes, alg, proto)
+            # DDP's one communication stream: nothing else is on the network meanwhile
+            yield from model.allreduce_process(env_, network, bucket.wire_bytes, alg, proto, exclusive=True)
         else:
             yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
 
     base = _base_costs(prep, allreduce_time_s)
     sim = sc.simulation
-    per_rank = mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
-    ranks = list(range(world)) if per_rank else [0]
+    # identical ranks folded, ranks never the slowest dropped (ddpsim.ddp.fold says what is exact)
+    factors = draw_factors(world, sim.iterations, sim.seed, sim.jitter_cv, sim.straggler_rank, sim.straggler_slowdown)
+    plan = plan_ranks(factors)
+    ranks = list(plan.factors)
     rendezvous = (
         Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown - 1.0, sc.overheads.allreduce_stretch)
         if world > 1
         else None
     )
-    rng = random.Random(sim.seed)
-    sigma = math.sqrt(math.log1p(sim.jitter_cv**2)) if sim.jitter_cv > 0 else 0.0
     bucket_of_param = {p: b.index for b in prep.buckets for p in b.param_indices}
     traces: dict[int, list[RankTrace]] = {r: [] for r in ranks}
 
     def rank_process(rank: int) -> Generator[Any, Any, None]:
         for step in range(sim.iterations):
-            factor = math.exp(rng.gauss(-sigma * sigma / 2, sigma)) if sigma > 0 else 1.0
-            if rank == sim.straggler_rank:
-                factor *= sim.straggler_slowdown
-            costs = _scaled(base, factor)
+            costs = _scaled(base, plan.factors[rank][step])
             trace = RankTrace()
             for _ in range(sc.ddp.grad_accumulation_steps - 1):
                 yield from accumulation_micro_step(env, costs, trace)
@@ -221,8 +218,10 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     for rank in ranks:
         env.process(rank_process(rank))
     env.run()
-    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start)
+    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start, plan.members)
     result.events = env.events_processed
+    result.mode_reason = mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan)
+    result.simulated_ranks = len(ranks)
     return result
 
 
@@ -267,6 +266,7 @@ def _result(
     traces: dict[int, list[RankTrace]],
     network: Any,
     wall_s: float,
+    members: dict[int, tuple[int, ...]] | None = None,
 ) -> Result:
     sc, workload = prep.scenario, prep.workload
     world = sc.cluster.world_size
@@ -319,7 +319,8 @@ def _result(
             for t in rank_traces
             for b in prep.buckets
         ]
-        timelines[rank] = intervals
+        for member in (members or {}).get(rank, (rank,)):
+            timelines[member] = intervals  # folded ranks share their representative's timeline
     forward_s = last.forward_end_s - t0
     return Result(
         scenario=sc.source,

@@ -50,7 +50,8 @@ def test_out_and_trace(tmp_path, capsys):
     assert any(e["name"].startswith("all-reduce") for e in events)
 
 
-def _scenario(bandwidth="100GB/s", nodes=2, gpus_per_node=2, model="mlp", cap=5, nic="100Gbps", mode="detailed"):
+def _scenario(bandwidth="100GB/s", nodes=2, gpus_per_node=2, model="mlp", cap=5, nic="100Gbps", mode="detailed",
+              inter="rail-fat-tree"):
     return scenario_from_dict(
         {
             "workload": {"model": model, "batch_size": 8},
@@ -59,7 +60,7 @@ def _scenario(bandwidth="100GB/s", nodes=2, gpus_per_node=2, model="mlp", cap=5,
                 "nodes": nodes,
                 "gpus_per_node": gpus_per_node,
                 "intra_node": {"type": "nvswitch", "bandwidth": bandwidth, "latency": "3us"},
-                "inter_node": {"type": "rail-fat-tree", "nic_bandwidth": nic, "latency": "5us"},
+                "inter_node": {"type": inter, "nic_bandwidth": nic, "latency": "5us"},
             },
             "ddp": {"bucket_cap_mb": cap},
             "simulation": {"mode": mode},
@@ -100,7 +101,7 @@ def test_detailed_and_fast_modes_agree():
     for nodes, gpn in ((1, 8), (2, 4), (4, 8)):
         detailed = simulate(_scenario(nodes=nodes, gpus_per_node=gpn, mode="detailed"))
         fast = simulate(_scenario(nodes=nodes, gpus_per_node=gpn, mode="fast"))
-        assert fast.step_time_s == pytest.approx(detailed.step_time_s, rel=0.01)
+        assert fast.step_time_s == pytest.approx(detailed.step_time_s, rel=1e-9)
 
 
 def test_gradient_as_bucket_view_removes_copies_and_hooks_halve_bytes():
@@ -153,10 +154,12 @@ def test_link_busy_time_is_bytes_over_bandwidth_on_a_two_gpu_ring():
 
 
 def test_link_busy_time_agrees_between_modes_and_with_bytes_over_bandwidth():
-    detailed = simulate(_scenario(nodes=2, gpus_per_node=4, mode="detailed"))
-    fast = simulate(_scenario(nodes=2, gpus_per_node=4, mode="fast"))
+    # a fat tree: on a rail fabric the ring's PXN hops keep NVLink links active but unsaturated
+    # after their NVLink-bound flows end, so busy time there exceeds bytes over bandwidth
+    detailed = simulate(_scenario(nodes=2, gpus_per_node=4, mode="detailed", inter="fat-tree"))
+    fast = simulate(_scenario(nodes=2, gpus_per_node=4, mode="fast", inter="fat-tree"))
     assert detailed.links and [link.link for link in detailed.links] == [link.link for link in fast.links]
     for a, b in zip(detailed.links, fast.links, strict=True):
-        assert b.busy_s == pytest.approx(a.busy_s, rel=1e-6)
+        assert b.busy_s == pytest.approx(a.busy_s, rel=1e-9)
     # no link can be busy longer than the step, and the busiest carries at least one bucket's ring share
     assert all(0 < link.busy_s <= detailed.step_time_s for link in detailed.links)

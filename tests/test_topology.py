@@ -54,11 +54,17 @@ def test_nvswitch_node_is_a_star_of_duplex_links() -> None:
 def test_rail_fat_tree_keeps_same_rail_traffic_below_the_spine() -> None:
     topo = build_topology(cluster(4, 8, oversubscription=2.0))
     assert names(topo, 3, 8 + 3) == ["n0.g3->rail3.leaf", "rail3.leaf->n1.g3"]
-    assert names(topo, 7, 8) == ["n0.g7->rail7.leaf", "rail7.leaf->spine", "spine->rail0.leaf", "rail0.leaf->n1.g0"]
+    # another rail: over NVLink to the GPU on the destination's rail, then that rail (NCCL's PXN),
+    # never through the spine; the route costs the network latency alone (NCCL's NET hop)
+    assert names(topo, 7, 8) == ["n0.g7->n0.nvsw", "n0.nvsw->n0.g0", "n0.g0->rail0.leaf", "rail0.leaf->n1.g0"]
     assert topo.route(7, 8).latency_s == pytest.approx(6e-6, rel=1e-15)
-    up = topo.route(7, 8).link_ids[1]
+    assert topo.transport(7, 8) == "net"
+    assert not any(topo.graph.edges[u, v]["link_class"] == "inter" and "spine" in u + v
+                   for a in range(32) for b in range(32) if a // 8 != b // 8
+                   for u, v in (topo.link_endpoints(i) for i in topo.route(a, b).link_ids))
+    up = topo.graph.edges["rail7.leaf", "spine"]["link_id"]
     assert topo.capacity_Bps[up] == 4 * 50e9 / 2.0  # rail leaf uplink: its ports' sum / oversubscription
-    assert topo.link_class[up] == "inter" and topo.transport(7, 8) == "net"
+    assert topo.link_class[up] == "inter"
     assert topo.nic_uplink(0) == topo.route(0, 8).link_ids[0]
 
 

@@ -131,3 +131,72 @@ def test_missing_torch_names_the_extra(tmp_path, monkeypatch, capsys):
     assert main(["run", str(scenario)]) == 2
     err = capsys.readouterr().err
     assert "pip install 'ddpsim[torch]'" in err and "workload.model" in err and str(scenario) in err
+
+
+def _scenario(tmp_path, model, ddp=""):
+    path = tmp_path / "s.yaml"
+    path.write_text(f"workload: {{model: 'torch:{model}', batch_size: 2}}\n"
+                    "cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 2, intra_node: {type: nvswitch}}\n"
+                    + (f"ddp: {{{ddp}}}\n" if ddp else ""))
+    return path
+
+
+def test_unused_parameters_need_find_unused_parameters(tmp_path, capsys):
+    """Real DDP raises for parameters unused in forward (tests/test_ddp_layouts.py shows it): so does
+    ddpsim, on one line naming the scenario and the parameters; with find_unused_parameters it runs."""
+    from ddpsim.cli import main
+
+    scenario = _scenario(tmp_path, "tests.fixtures_models:with_unused")
+    assert main(["run", str(scenario)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert str(scenario) in err and "(extra, unused.weight, unused.bias)" in err
+    assert "find_unused_parameters: true" in err
+    scenario = _scenario(tmp_path, "tests.fixtures_models:with_unused", "find_unused_parameters: true")
+    assert main(["run", str(scenario)]) == 0
+
+
+def test_weight_gradients_before_bias_for_norms_and_convs_as_autograd_gives_them():
+    w = import_torch_model("fixtures_models:bn_convnet", 2, "fp32")
+    names = [w.params[i].name for i in w.grad_ready_order]
+    assert names[:4] == ["fc.bias", "fc.weight", "bn3.weight", "bn3.bias"]
+    assert names.index("conv3.weight") < names.index("conv3.bias")
+    assert sorted(w.grad_ready_order) == list(range(len(w.params)))
+
+
+def test_recorded_order_keeps_the_backward_time():
+    """Following the recorded order moves no gradient earlier than its layer's backward ends, and the
+    backward lasts as long as the layers' costs add up to."""
+    from dataclasses import replace
+
+    from ddpsim.hardware.catalog import get_gpu
+    from ddpsim.hardware.compute import step_compute
+
+    w = import_torch_model("fixtures_models:mha_vit", 4, "bf16-amp")
+    recorded = step_compute(w, get_gpu("H100-SXM"))
+    derived = step_compute(replace(w, grad_ready_order=()), get_gpu("H100-SXM"))
+    assert recorded.backward_s == pytest.approx(derived.backward_s)
+    assert recorded.ready_order == w.grad_ready_order != derived.ready_order
+
+
+def test_lazy_modules_are_materialised_or_refused_in_one_line():
+    w = import_torch_model("fixtures_models:lazy_mlp", 2, "fp32")
+    assert [(p.name, p.numel) for p in w.params] == [
+        ("body.0.weight", 512 * 300), ("body.0.bias", 512), ("body.2.weight", 512 * 512), ("body.2.bias", 512),
+        ("body.4.weight", 10 * 512), ("body.4.bias", 10)]
+    with pytest.raises(ScenarioError, match=r"lazy modules: 0\).*example_input") as err:
+        import_torch_model("fixtures_models:lazy_no_input", 2, "fp32")
+    assert "\n" not in str(err.value)
+
+
+def test_factory_beside_the_user_imports_without_pythonpath(tmp_path, monkeypatch):
+    """The ddpsim console script does not put the current folder on sys.path; the importer does."""
+    (tmp_path / "here_net.py").write_text(
+        "import torch.nn as nn\n\ndef build():\n    return nn.Sequential(nn.Linear(8, 4))\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    w = import_torch_model("here_net:build", 2, "fp32")
+    assert [(p.name, p.numel) for p in w.params] == [("0.weight", 32), ("0.bias", 4)]
+    assert str(tmp_path) not in sys.path
+    with pytest.raises(ScenarioError, match="cannot import module 'not_here_net'"):
+        import_torch_model("not_here_net:build", 2, "fp32")

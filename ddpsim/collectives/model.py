@@ -1,18 +1,25 @@
 """Price an all-reduce on a topology: closed forms, a fast phase-by-phase model, a detailed one.
 
 FAST: each phase's flows get max-min fair rates (computed once per algorithm: rates do not depend
-on message size), a phase lasts its hop latency plus its slowest flow, identical consecutive phases
-are priced once and multiplied. Contention between concurrent flows of a phase is modelled;
-rate changes inside a phase (a flow finishing early frees bandwidth) are not.
+on message size), identical consecutive phases are priced once and multiplied. A pipelined phase
+(every preset schedule: ring, tree, pipelined hierarchical) lasts its path latency plus the time
+until its last flow ends, bandwidth re-shared as flows finish (``_unit_transfer_s``, once per
+algorithm and protocol); a synchronous phase lasts its hop latency plus its slowest flow at the
+initial rates.
 
 DETAILED: every transfer of every phase becomes a flow on a ``FlowNetwork`` (rates re-shared
 whenever a flow starts or ends, and shared with any other traffic on that network); a phase starts
-when the previous one has fully finished. Both modes agree exactly when a phase's flows finish
-together, which is the case of the symmetric schedules on the preset topologies.
+when the previous one has fully finished. The two modes agree exactly for an isolated all-reduce
+made of pipelined phases.
+
+NCCL's cost model (``src/graph/tuning.cc``) enters through ``ProtocolTable`` (latencies, protocol
+factors, multi-node terms) and ``choose``, which picks what NCCL's own estimate
+(``tuning_time_s``) says, as NCCL does.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Generator
 from dataclasses import dataclass
 
@@ -23,6 +30,7 @@ from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
 from ddpsim.collectives.schedules import (
     ALGORITHMS,
     Phase,
+    Transfer,
     build_schedule,
     channel_orders,
     ring_pairs,
@@ -30,7 +38,7 @@ from ddpsim.collectives.schedules import (
     tree_local_pairs,
     tree_max_degree,
 )
-from ddpsim.network import FlowNetwork, LinkMatrix, max_min_rates
+from ddpsim.network import FlowBatch, FlowNetwork, LinkMatrix, max_min_rates
 from ddpsim.topology import TRANSPORTS, Topology
 
 # NCCL's automatic choice weighs Ring and Tree only; hierarchical is there when asked for by name.
@@ -70,22 +78,59 @@ class CollectiveModel:
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._seconds_per_byte: dict[tuple[str, str, bool], float] = {}
-        self._chain_stretch: dict[str, float] = {}
+        self._stretch_base: dict[tuple[str, str], float] = {}
+        self._path_intra: dict[int, np.ndarray] = {}
+        self._unit_s: dict[tuple[str, str, int], float] = {}
+        self._matrices: dict[int, LinkMatrix] = {}
 
     # -- choosing -------------------------------------------------------------------------------
     def choose(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> tuple[str, str]:
-        """The (algorithm, protocol) with the smallest predicted time, as NCCL picks; ties keep
-        NCCL's order (ring before tree, LL before LL128 before Simple)."""
+        """The (algorithm, protocol) NCCL's tuning would pick: the least ``tuning_time_s``, which is
+        NCCL's own estimate, not necessarily the fastest price here (NCCL runs its pick even where
+        another would be faster). Ties keep NCCL's order (ring before tree, LL before LL128 before
+        Simple). A forced algorithm with protocol "auto" still gets the protocol NCCL would pick."""
         algorithms = AUTO_ALGORITHMS if algorithm == "auto" else (_check_algorithm(algorithm),)
         protocols = PROTOCOL_NAMES if protocol == "auto" else (_check_protocol(protocol),)
+        if len(algorithms) * len(protocols) == 1:
+            return algorithms[0], protocols[0]
         best: tuple[float, str, str] | None = None
         for alg in algorithms:
             for proto in protocols:
-                time_s = self.allreduce_time_s(nbytes, alg, proto)
+                time_s = self.tuning_time_s(nbytes, alg, proto)
                 if best is None or time_s < best[0]:
                     best = (time_s, alg, proto)
         assert best is not None
         return best[1], best[2]
+
+    def tuning_time_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
+        """NCCL's estimate of an all-reduce, the one its choice minimises.
+
+        NCCL prices every algorithm on the channels its topology search found (tuning.cc
+        ``ncclTopoTuneModel``): one bus bandwidth, which a tree gets x 0.92 and the protocol's
+        factor, capped for LL, as an algorithm bandwidth of half of it, times its size correction.
+        Rings (and hierarchical) are priced here as they run; a tree's estimate is its latency plus
+        the size through that bandwidth, with the ring's Simple bus bandwidth on this topology as
+        NCCL's searched one. It differs from the tree's own price where the flow model sees the
+        tree move less over the network than NCCL's model assumes (2 nodes: half the ring's NIC
+        bytes), where NCCL still picks as its model says.
+        """
+        algorithm, protocol = _check_algorithm(algorithm), _check_protocol(protocol)
+        if algorithm != "tree":
+            return self.allreduce_time_s(nbytes, algorithm, protocol)
+        topo, table = self.topology, self.protocol_table
+        n, nodes = topo.world_size, topo.nodes
+        if n < 2:
+            return 0.0
+        ring_spb = self._transfer_seconds_per_byte("ring", "simple") * self.bandwidth_stretch(nbytes, "ring", "simple")
+        if ring_spb <= 0:
+            return self.allreduce_time_s(nbytes, algorithm, protocol)
+        bus_Bps = 2 * (n - 1) / n / ring_spb
+        simple = table.bandwidth_efficiency.get("simple", 1.0)
+        factor = (table.bandwidth_efficiency.get(protocol, 1.0) / simple * table.algorithm_efficiency.get("tree", 1.0)
+                  * table.protocol_factor("tree", protocol, nodes))
+        tree_bus_Bps = min(bus_Bps * factor, table.ll_bus_cap_Bps(protocol, nodes))
+        algbw_Bps = 0.5 * tree_bus_Bps * table.size_correction("tree", protocol, nbytes)
+        return self.allreduce_time_s(0.0, "tree", protocol) + nbytes / algbw_Bps
 
     # -- FAST mode ------------------------------------------------------------------------------
     def allreduce_time_s(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> float:
@@ -101,19 +146,19 @@ class CollectiveModel:
         structure = self._structure(algorithm)
         if not structure:
             return 0.0  # a single rank has nothing to exchange
-        slope, offset, efficiency = self._protocol_coefficients(algorithm, protocol)
+        _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
         stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
-        total_s = self.protocol_table.base_latency(algorithm, protocol)
-        for priced in structure:
-            rates = self._rates(priced)
-            transfer_s = priced.fraction * nbytes * stretch / (rates * efficiency[priced.transport])
-            if priced.path_latency_s is None:
-                hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
-                phase_s = float(np.max(hop_s + transfer_s))
+        total_s = self.base_latency_s(nbytes, algorithm, protocol)
+        for index, priced in enumerate(structure):
+            hop_s, fill_s = self._phase_latency_s(priced, nbytes, algorithm, protocol)
+            if priced.path_latency_s is not None:
+                # pipelined: no per-flow latency, so the phase lasts until its last flow ends,
+                # bandwidth re-shared as flows finish (as DETAILED mode runs it)
+                phase_s = fill_s + nbytes * stretch * self._unit_transfer_s(algorithm, protocol, index)
             else:
-                assert priced.path_transport is not None
-                path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
-                phase_s = float(np.sum(path_s)) / priced.phase.repeat + float(np.max(transfer_s))
+                rates = self._rates(priced)
+                transfer_s = priced.fraction * nbytes * stretch / (rates * efficiency[priced.transport])
+                phase_s = fill_s + float(np.max(hop_s + transfer_s))
             total_s += priced.phase.repeat * phase_s
         self._times[key] = total_s
         return total_s
@@ -147,37 +192,35 @@ class CollectiveModel:
         nbytes: float,
         algorithm: str = "auto",
         protocol: str = "auto",
+        exclusive: bool = False,
     ) -> Generator[simpy.Event, object, tuple[str, str]]:
         """A simpy process body: every transfer of every phase as a flow on ``network``.
 
         ``network`` must index links as this model's topology does. Returns (algorithm, protocol).
+        ``exclusive``: nothing else uses ``network`` while this all-reduce runs (DDP's single
+        communication stream). The identical repetitions of a phase (ring steps, per-rail ring
+        steps) then each start on an idle network, so they take the same time and load the same
+        links: the first is simulated flow by flow and the others added at once, and later
+        all-reduces reuse that measurement, scaled to their size where the phase's flows share one
+        latency (``FlowNetwork.run_repeated``). Without it every repetition is simulated.
         """
         if algorithm == "auto" or protocol == "auto":
             algorithm, protocol = self.choose(nbytes, algorithm, protocol)
         structure = self._structure(_check_algorithm(algorithm))
         if not structure:
             return algorithm, protocol
-        slope, offset, efficiency = self._protocol_coefficients(algorithm, _check_protocol(protocol))
+        _, _, efficiency = self._protocol_coefficients(algorithm, _check_protocol(protocol))
         stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
-        base_s = self.protocol_table.base_latency(algorithm, protocol)
+        base_s = self.base_latency_s(nbytes, algorithm, protocol)
         if base_s > 0:
             yield env.timeout(base_s)
-        for priced in structure:
+        for index, priced in enumerate(structure):
             wire_bytes = priced.fraction * nbytes * stretch / efficiency[priced.transport]
-            if priced.path_latency_s is None:
-                hop_s = slope[priced.transport] * priced.link_latency_s + offset[priced.transport]
-                fill_s = 0.0
-            else:
-                assert priced.path_transport is not None
-                hop_s = np.zeros(len(wire_bytes))
-                path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
-                fill_s = float(np.sum(path_s)) / priced.phase.repeat  # spread over the repetitions
-            link_arrays = [np.array(ids, dtype=np.int64) for ids in priced.link_ids]
-            flows = list(zip(link_arrays, wire_bytes.tolist(), hop_s.tolist(), priced.count.tolist(), strict=True))
-            for _ in range(priced.phase.repeat):
-                if fill_s > 0:
-                    yield env.timeout(fill_s)
-                yield network.transfer_all(flows)
+            hop_s, fill_s = self._phase_latency_s(priced, nbytes, algorithm, protocol)
+            batch = FlowBatch(_phase_links(priced), wire_bytes, hop_s, priced.count)
+            # one key per phase: its batches differ only by the factor nbytes * stretch
+            key = (id(self), algorithm, protocol, index) if exclusive else None
+            yield from network.run_repeated(batch, priced.phase.repeat, fill_s, replay_key=key)
         return algorithm, protocol
 
     # -- closed form ----------------------------------------------------------------------------
@@ -185,12 +228,19 @@ class CollectiveModel:
         """The uncontended closed form on this topology's links (see module-level ``closed_form_s``).
 
         Intra-node bandwidth and latency are read off the route rank 0 -> 1, inter-node ones off
-        the route the algorithm's first inter-node transfer takes; protocol costs applied.
+        the route the algorithm's first inter-node transfer takes; protocol costs applied, with
+        NCCL's multi-node terms (ring intra-node hops floored at the net overhead, the ring
+        plateau, protocol factors, LL caps; ``ProtocolTable``) derived here apart from the flow
+        model, so that the FAST and DETAILED prices can be checked against it.
         """
         topo, table = self.topology, self.protocol_table
         algorithm, protocol = _check_algorithm(algorithm), _check_protocol(protocol)
-        g, nodes = topo.gpus_per_node, topo.nodes
-        if topo.world_size < 2:
+        g, nodes, n = topo.gpus_per_node, topo.nodes, topo.world_size
+        # Transfers are priced at the initial fair rates (the slowest flow of a step). FAST and
+        # DETAILED re-share bandwidth when flows end, so where flows of different classes share
+        # a link (a PXN ring whose NIC-bound hop shares NVLink with NVLink-bound hops) they can
+        # be a little faster than this form (2 % in the tests); equal wherever flows end together.
+        if n < 2:
             return 0.0
 
         def hop(src: int, dst: int) -> tuple[float, float]:
@@ -200,67 +250,124 @@ class CollectiveModel:
             return bandwidth, table.hop_latency(transport, algorithm, protocol, route.latency_s)
 
         intra_Bps, intra_s = hop(0, 1) if g > 1 else (1.0, 0.0)
-        inter_Bps, inter_s = intra_Bps, intra_s
-        if nodes > 1:
-            inter_Bps, inter_s = hop(g - 1, g) if algorithm == "ring" else hop(0, g)
+        if algorithm == "ring":
+            intra_s = max(intra_s, table.ring_intra_floor_s(protocol, nodes))
         switched = True
         if g >= 3:
             switched = bool(set(topo.route(1, 0).link_ids) & set(topo.route(1, 2).link_ids))
+        # PXN: the ring's hop out of a node first crosses an intra-node link (rail-optimised fabric)
+        pxn = nodes > 1 and any(topo.link_class[i] == "intra" for i in topo.route(g - 1, g).link_ids)
 
         def form(alg: str, size: float) -> float:
             inter = (hop(g - 1, g) if alg == "ring" else hop(0, g)) if nodes > 1 else (intra_Bps, intra_s)
-            return closed_form_s(alg, topo.world_size, size, intra_Bps, intra_s, nodes,
+            return closed_form_s(alg, n, size, intra_Bps, intra_s, nodes,
                                  inter_bandwidth_Bps=inter[0], inter_latency_s=inter[1], intra_switched=switched,
-                                 channels=self.channels)
+                                 channels=self.channels, pxn=pxn)
 
+        plateau = table.plateau(algorithm, protocol, nodes, n, self.channels, nbytes)
         latency_s = form(algorithm, 0.0)
         transfer_s = form(algorithm, nbytes) - latency_s  # the closed forms are affine in the size
-        factor = table.algorithm_factor(algorithm, protocol, nbytes)
         if algorithm == "tree" and table.tree_chain_bound and transfer_s > 0:
-            n = topo.world_size
             # the ring's intra-node hops only: each of its 2(n-1) steps moves S/(nc) per flow
-            local, _ = ring_pairs(g, self.channels, nodes)
+            local, _ = ring_pairs(g, self.channels, 1 if pxn else nodes)
             flows = max(local.values(), default=0) if not switched else _most_switched(local)
             ring_s = 2 * (n - 1) * flows * nbytes / (n * self.channels) / intra_Bps
             transfer_s = max(transfer_s, ring_s * n / (n - 1))
-        return table.base_latency(algorithm, protocol) + latency_s + transfer_s / factor
+        transfer_s /= table.algorithm_efficiency.get(algorithm, 1.0) * table.protocol_factor(algorithm, protocol, nodes)
+        cap_Bps = table.ll_bus_cap_Bps(protocol, nodes)
+        if np.isfinite(cap_Bps) and transfer_s > 0:
+            transfer_s = max(transfer_s, nbytes / (cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))))
+        transfer_s /= table.size_correction(algorithm, protocol, nbytes)
+        return (table.base_latency(algorithm, protocol) + latency_s) * plateau + transfer_s
 
     def bandwidth_stretch(self, nbytes: float, algorithm: str, protocol: str) -> float:
-        """Factor (>= 1) on the algorithm's transfer times beyond link and protocol efficiency.
+        """Factor (>= 1, or a little below for NCCL's tree LL128 across nodes) on the algorithm's
+        transfer times beyond link and protocol efficiency.
 
-        1 / ``ProtocolTable.algorithm_factor`` (NCCL's 0.92 and size correction for trees), and for
-        a tree under ``tree_chain_bound``: max(1, chain / flow), chain = 2S through the ring's bus
-        bandwidth inside a node = the ring's intra-node transfer time x n/(n-1), flow = the tree's
-        own transfer time (NCCL prices a tree at half the bandwidth of its channels, the same
-        channels a ring gets, tuning.cc ``ncclTopoTuneModel``; the intra-node chain is what halves
-        it, so only the ring's intra-node hops set the bound; beyond the node, the flow model's NIC
-        contention already gives NCCL's inter-node tree bandwidth). Size enters only through the
-        correction.
+        In NCCL's order (tuning.cc ``ncclTopoTuneModel``, then ``ncclTopoGetAlgoTime``):
+        1. for a tree under ``tree_chain_bound``: max(1, chain / flow), chain = 2S through the ring's
+           bus bandwidth inside a node = the ring's intra-node transfer time x n/(n-1), flow = the
+           tree's own transfer time (NCCL prices a tree at half the bandwidth of its channels, the
+           same channels a ring gets; the intra-node chain is what halves it, so only the ring's
+           intra-node hops set the bound; beyond the node, the flow model's NIC contention gives
+           NCCL's inter-node tree bandwidth);
+        2. / ``algorithm_efficiency`` (NCCL's 0.92 for trees), / ``protocol_factor`` (ring LL a
+           quarter of the bus bandwidth across nodes, tree LL 1/3.8, tree LL128 7/9 or 120/128);
+        3. LL across nodes: no faster than NCCL's LL bus bandwidth cap (``ll_bus_cap_Bps``, as an
+           algorithm bandwidth: x n/(2(n-1)) for rings, x 1/2 for trees);
+        4. / the tree's size correction.
+        Steps 1-3 do not depend on the size and are cached.
         """
         table = self.protocol_table
-        stretch = 1.0 / table.algorithm_factor(algorithm, protocol, nbytes)
-        if algorithm == "tree" and table.tree_chain_bound:
-            chain = self._chain_stretch.get(protocol)
-            if chain is None:
-                n = self.topology.world_size
+        key = (algorithm, protocol)
+        base = self._stretch_base.get(key)
+        if base is None:
+            topo = self.topology
+            n, nodes = topo.world_size, topo.nodes
+            base = 1.0
+            if algorithm == "tree" and table.tree_chain_bound:
                 tree_spb = self._transfer_seconds_per_byte("tree", protocol)
                 ring_spb = self._transfer_seconds_per_byte("ring", protocol, intra_only=True)
-                chain = max(1.0, ring_spb * n / (n - 1) / tree_spb) if tree_spb > 0 and n > 1 else 1.0
-                self._chain_stretch[protocol] = chain
-            stretch *= chain
-        return stretch
+                base = max(1.0, ring_spb * n / (n - 1) / tree_spb) if tree_spb > 0 and n > 1 else 1.0
+            base /= table.algorithm_efficiency.get(algorithm, 1.0) * table.protocol_factor(algorithm, protocol, nodes)
+            cap_Bps = table.ll_bus_cap_Bps(protocol, nodes)
+            spb = self._transfer_seconds_per_byte(algorithm, protocol)
+            if np.isfinite(cap_Bps) and spb > 0 and n > 1:
+                algbw_cap = cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))
+                base = max(base, 1.0 / (spb * algbw_cap))
+            self._stretch_base[key] = base
+        return base / table.size_correction(algorithm, protocol, nbytes)
+
+    def base_latency_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
+        """The once-per-call latency: the table's base latency, times NCCL's ring plateau factor
+        where it applies (``ProtocolTable.plateau``)."""
+        return self.protocol_table.base_latency(algorithm, protocol) * self._plateau(nbytes, algorithm, protocol)
+
+    def _plateau(self, nbytes: float, algorithm: str, protocol: str) -> float:
+        topo = self.topology
+        return self.protocol_table.plateau(algorithm, protocol, topo.nodes, topo.world_size, self.channels, nbytes)
+
+    def _phase_latency_s(self, priced: _PricedPhase, nbytes: float, algorithm: str,
+                         protocol: str) -> tuple[np.ndarray, float]:
+        """Latency of one repetition of a phase: (per-transfer hop latency, fill latency).
+
+        Synchronous phases: every transfer its own hop latency, no fill. Pipelined phases: no
+        per-transfer latency; the latency path's hops summed and spread over the repetitions. For
+        a ring on several nodes (NCCL's ``ncclTopoTuneModel``): each intra-node hop costs at least
+        the net overhead, and the ring plateau multiplies the whole path.
+        """
+        slope, offset, _ = self._protocol_coefficients(algorithm, protocol)
+        if priced.path_latency_s is None:
+            return slope[priced.transport] * priced.link_latency_s + offset[priced.transport], 0.0
+        assert priced.path_transport is not None and priced.phase.latency_path is not None
+        path_s = slope[priced.path_transport] * priced.path_latency_s + offset[priced.path_transport]
+        topo = self.topology
+        floor_s = self.protocol_table.ring_intra_floor_s(protocol, topo.nodes) if algorithm == "ring" else 0.0
+        if floor_s > 0:
+            intra = self._path_intra.get(id(priced))
+            if intra is None:
+                g = topo.gpus_per_node
+                intra = np.array([s // g == d // g for s, d in priced.phase.latency_path], dtype=bool)
+                self._path_intra[id(priced)] = intra
+            path_s = np.where(intra, np.maximum(path_s, floor_s), path_s)
+        total = float(np.sum(path_s)) * self._plateau(nbytes, algorithm, protocol)
+        return np.zeros(len(priced.fraction)), total / priced.phase.repeat
 
     # -- internals ------------------------------------------------------------------------------
     def _transfer_seconds_per_byte(self, algorithm: str, protocol: str, intra_only: bool = False) -> float:
         """The bandwidth part of an all-reduce per byte (FAST mode's transfer terms, no stretch);
-        ``intra_only``: counting only transfers between GPUs of one node (0 if there are none)."""
+        ``intra_only``: the slowest transfer between GPUs of one node at the initial fair rates
+        (0 if there are none), as the tree's chain bound reads it."""
         key = (algorithm, protocol, intra_only)
         cached = self._seconds_per_byte.get(key)
         if cached is None:
             _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
             g = self.topology.gpus_per_node
             cached = 0.0
-            for priced in self._structure(algorithm):
+            for index, priced in enumerate(self._structure(algorithm)):
+                if not intra_only and priced.path_latency_s is not None:
+                    cached += priced.phase.repeat * self._unit_transfer_s(algorithm, protocol, index)
+                    continue
                 per_byte = priced.fraction / (self._rates(priced) * efficiency[priced.transport])
                 if intra_only:
                     local = np.array([t.src_rank // g == t.dst_rank // g for t in priced.phase.transfers])
@@ -271,9 +378,13 @@ class CollectiveModel:
         return cached
 
     def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
-        """The algorithm's phases for an all-reduce of ``nbytes`` on this topology."""
+        """The algorithm's phases for an all-reduce of ``nbytes`` on this topology, as simulated
+        (hierarchical as one pipeline)."""
         topo = self.topology
-        return build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
+        phases = build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
+        if algorithm == "hierarchical":
+            phases = _pipelined_hierarchical(phases, topo.gpus_per_node, topo.nodes)
+        return phases
 
     def _structure(self, algorithm: str) -> list[_PricedPhase]:
         cached = self._structures.get(algorithm)
@@ -282,7 +393,8 @@ class CollectiveModel:
         topo = self.topology
         transport_code = {name: i for i, name in enumerate(TRANSPORTS)}
         structure = []
-        for phase in self.schedule(algorithm, 1.0):
+        phases = self.schedule(algorithm, 1.0)
+        for phase in phases:
             routes = [topo.route(t.src_rank, t.dst_rank) for t in phase.transfers]
             path_latency = path_transport = None
             if phase.latency_path is not None:
@@ -303,11 +415,49 @@ class CollectiveModel:
         self._structures[algorithm] = structure
         return structure
 
+    def _unit_transfer_s(self, algorithm: str, protocol: str, index: int) -> float:
+        """Seconds until the last flow of a pipelined phase ends, per byte all-reduced (before the
+        bandwidth stretch): max-min rates, re-shared each time flows finish (progressive filling
+        with completions). Equal to the slowest flow at the initial rates when all flows end
+        together (every symmetric schedule on one link class); shorter when some end early and
+        free bandwidth for the rest (a ring's PXN flows, NIC-bound, beside NVLink-bound ones)."""
+        key = (algorithm, protocol, index)
+        cached = self._unit_s.get(key)
+        if cached is not None:
+            return cached
+        priced = self._structure(algorithm)[index]
+        _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
+        wire = priced.fraction / efficiency[priced.transport]
+        remaining = wire.copy()
+        active = np.flatnonzero(wire > 0)
+        rates = self._rates(priced)
+        elapsed = 0.0
+        first = True
+        while len(active):
+            if not first:
+                rates = np.full(len(wire), np.inf)
+                rates[active] = max_min_rates(_rows(self._matrix(priced), active), self.topology.capacity_Bps,
+                                              priced.count[active])
+            first = False
+            left = remaining[active] / rates[active]
+            step = float(np.min(left))
+            elapsed += step
+            remaining[active] -= rates[active] * step
+            # flows within a relative 1e-9 of their end finish now (rounding would leave crumbs)
+            active = active[remaining[active] > 1e-9 * wire[active]]
+        self._unit_s[key] = elapsed
+        return elapsed
+
     def _rates(self, priced: _PricedPhase) -> np.ndarray:
         if priced.rate_Bps is None:
-            matrix = LinkMatrix.from_lists(priced.link_ids)
-            priced.rate_Bps = max_min_rates(matrix, self.topology.capacity_Bps, priced.count)
+            priced.rate_Bps = max_min_rates(self._matrix(priced), self.topology.capacity_Bps, priced.count)
         return priced.rate_Bps
+
+    def _matrix(self, priced: _PricedPhase) -> LinkMatrix:
+        matrix = self._matrices.get(id(priced))
+        if matrix is None:
+            matrix = self._matrices[id(priced)] = LinkMatrix.from_lists(priced.link_ids)
+        return matrix
 
     def _protocol_coefficients(self, algorithm: str, protocol: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Per transport: hop latency = slope * link latency + offset, and bandwidth efficiency.
@@ -324,6 +474,48 @@ class CollectiveModel:
             efficiency = np.array([table.efficiency(protocol, t) for t in TRANSPORTS])
             cached = self._coefficients[key] = (slope, offset, efficiency)
         return cached
+
+
+def _phase_links(priced: _PricedPhase) -> LinkMatrix:
+    """The phase's flow x link incidence, built once per phase (DETAILED mode reuses it per bucket)."""
+    matrix = priced.__dict__.get("_link_matrix")
+    if matrix is None:
+        matrix = priced.__dict__["_link_matrix"] = LinkMatrix.from_lists(priced.link_ids)
+    return matrix
+
+
+def _rows(matrix: LinkMatrix, rows: np.ndarray) -> LinkMatrix:
+    """The flows ``rows`` (increasing) of a flows x links incidence, as their own matrix."""
+    lengths = np.diff(matrix.indptr)
+    keep = np.zeros(len(lengths), dtype=bool)
+    keep[rows] = True
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum(lengths[rows], out=indptr[1:])
+    return LinkMatrix(indptr, matrix.indices[np.repeat(keep, lengths)])
+
+
+def _pipelined_hierarchical(phases: list[Phase], g: int, nodes: int) -> list[Phase]:
+    """The hierarchical schedule's phases run as one pipeline, as NCCL-style implementations do.
+
+    The message is cut into chunks that flow through reduce-scatter, the inter-node rail rings and
+    all-gather one after another, so in steady state all three phases move data at once: every
+    transfer of every phase is one concurrent flow carrying all its repetitions' bytes (the
+    reduce-scatter and all-gather share the node's links, the rails their NICs), and the latency is
+    one chunk's path through the three phases: (g-1) intra-node hops, 2(N-1) network hops, (g-1)
+    intra-node hops. The pipeline's fill and drain beyond that latency are not priced (chunks are
+    small against the message where bandwidth matters).
+
+    What the schedule itself should do (``schedules.hierarchical_schedule``, kept phase by phase
+    for its readers): emit this single pipelined phase, so that DETAILED mode sees the same flows.
+    """
+    if len(phases) < 2:
+        return phases
+    transfers = tuple(Transfer(t.src_rank, t.dst_rank, t.nbytes * phase.repeat, t.count)
+                      for phase in phases for t in phase.transfers)
+    local = [(k, k + 1) for k in range(g - 1)]  # node 0's ring order, one chunk's reduce-scatter
+    rail = [((j % nodes) * g, ((j + 1) % nodes) * g) for j in range(2 * (nodes - 1))] if nodes > 1 else []
+    path = tuple(local + rail + local)
+    return [Phase(transfers, repeat=1, latency_path=path, label="pipelined hierarchical")]
 
 
 def _most_switched(pairs: dict[tuple[int, int], int]) -> int:
@@ -360,6 +552,7 @@ def closed_form_s(
     inter_latency_s: float | None = None,
     intra_switched: bool = True,
     channels: int = 1,
+    pxn: bool = False,
 ) -> float:
     """Uncontended all-reduce time of this package's schedules, without protocol costs.
 
@@ -373,11 +566,16 @@ def closed_form_s(
       path (0 on one node), and with c channels each step moves S/(n·c) per flow with u flows on
       a GPU's link (u = c, or c-1 when every GPU is some channel's exit):
       + 2(n-1)·max(u·S/(nc)/B_intra, S/(nc)/B_inter).
+      ``pxn`` (rail-optimised fabrics, NCCL's PXN): a channel's hop out of a node first crosses
+      the intra-node link to the GPU on the next node's rail, so the node-local flows are those of
+      a ring closed inside the node (u = c on a switch) and each node's exit NIC is its channel's
+      first GPU.
     tree: one pipelined phase: 2·((g-1)·α_intra + D·α_inter) + S/(2c)·max(u/B_intra, v/B_inter),
       D the depth of the deeper of NCCL's two trees over the nodes, u the most S/(2c) flows one
       intra-node link carries (a mid-chain GPU on a switch sends up and down for both trees: 4 per
       channel) and v the most on one NIC (a head's edges over both trees).
-    hierarchical: 2(g-1)·(α_intra + S/g/B_intra) + 2(N-1)·(α_inter + S/(gN)/B_inter).
+    hierarchical, pipelined (chunks flow through the three phases at once, NCCL-style):
+      2(g-1)·α_intra + 2(N-1)·α_inter + max(2(g-1)/g·S/B_intra, 2(N-1)/N·S/g/B_inter).
     """
     algorithm = _check_algorithm(algorithm)
     if nodes < 1 or n_ranks % nodes:
@@ -405,6 +603,11 @@ def closed_form_s(
 
     if algorithm == "ring":
         local, across = ring_pairs(g, channels, nodes)
+        if pxn and nodes > 1:
+            local = ring_pairs(g, channels, 1)[0]
+            across = Counter()
+            for order in channel_orders(g, channels):
+                across[(order[0], order[0])] += 1
         chunk = nbytes / (n_ranks * channels)
         transfers = []
         if local:
@@ -424,9 +627,7 @@ def closed_form_s(
             inter_flows = tree_max_degree(nodes) * max(heads.values())
         latency = 2 * ((g - 1) * intra_s + tree_depth(nodes) * inter_s)
         return latency + nbytes / (2 * channels) * max(intra_flows / intra_Bps, inter_flows / inter_Bps)
-    total = 0.0
-    if g > 1:
-        total += 2 * (g - 1) * intra_s + 2 * (g - 1) / g * nbytes / intra_Bps
-    if nodes > 1:
-        total += 2 * (nodes - 1) * inter_s + 2 * (nodes - 1) / nodes * (nbytes / g) / inter_Bps
-    return total
+    latency = 2 * (g - 1) * intra_s + 2 * (nodes - 1) * inter_s
+    intra_transfer = 2 * (g - 1) / g * nbytes / intra_Bps if g > 1 else 0.0
+    inter_transfer = 2 * (nodes - 1) / nodes * (nbytes / g) / inter_Bps if nodes > 1 else 0.0
+    return latency + max(intra_transfer, inter_transfer)

@@ -9,7 +9,12 @@ How hop latencies meet the scenario's link latencies (``hop_latency_mode``):
 - "scaled" (default): the scenario's link latency is the Simple-protocol ring hop; other
   (algorithm, protocol) pairs scale it by NCCL's ratio for that transport, e.g. LL on NVLink
   costs 0.6/3.4 of it. Editing the scenario's latency keeps its meaning; protocols keep NCCL's
-  relative ordering.
+  relative ordering. Exception, ``reference_link_latency_s``: for a transport listed there the
+  listed link latency is the one at which NCCL's table holds, and the hop scales by
+  link / reference. Default: "net" at 5 us, the scenario loader's default inter-node latency
+  (``scenario/load.py``), so a default scenario pays NCCL's NET hops (Simple 14 us, LL 2.7 us):
+  a network link's wire latency is a small part of what NCCL's NET hop costs (proxy thread,
+  NIC doorbells, flush), and reading 5 us as the whole Simple hop halved multi-node latency.
 - "absolute": the table's hop latency is the whole hop latency (NCCL's own model); the scenario's
   link latencies are ignored. What a calibration fitted on nccl-tests output produces.
 - "additive": link latency plus the table's hop latency.
@@ -42,9 +47,25 @@ Tree bandwidth, as NCCL's cost model prices it (NVIDIA/nccl ``src/graph/tuning.c
   links (nvlink-ring) or lets few inter-node edges outrun the chain (2 nodes), which NCCL's model
   and measurements do not show.
 - ``ncclTopoGetAlgoTime``: a per-size correction of tree bandwidth for medium sizes (0.4-1.0 by
-  protocol and power-of-two size, 64 B to 256 MiB; 1.0 above). ``tree_size_correction`` holds a
-  piecewise-linear (in log2 size) summary of that curve per protocol: (bytes, factor) knots,
-  constant before the first knot, 1.0 after the last.
+  protocol and power-of-two size, 64 B to 256 MiB; 1.0 above). ``tree_size_correction`` holds
+  (bytes, factor) knots per protocol, linear in log2 size between knots, constant before the
+  first knot, 1.0 after the last; the default knots reproduce NCCL's steps (one flat segment per
+  power of two: factor k applies to sizes with floor(log2(size / 64)) == k, k < 23).
+
+Multi-node terms of NCCL's model (tuning.cc, NCCL 2.19-2.28 ``ncclTopoTuneModel`` and
+``ncclTopoGetAlgoTime``; the formulas are ours, written from those facts):
+- ``net_overhead_s``: "inter-node rings still have to launch nsteps * net overhead": on more than
+  one node every intra-node hop of a ring costs at least the network post overhead, 1 us on
+  x86 Intel (and the fallback; 2 us on AMD), three times that for Simple.
+- ``ring_plateau_factor``: ring Simple all-reduce across nodes, once every channel's share per rank
+  is at least 64 bytes (``ring_plateau_min_bytes``: nBytes / (nChannels * nRanks) >= 64), pays
+  its whole latency (base + hops) times 1.4 (compute capability >= 8.0; 1.9 on older GPUs).
+- ``ll_max_bus_Bps``: LL bus bandwidth caps across nodes (``llMaxBws``, x86 Intel row: 39.0 GB/s
+  on 2 nodes, 20.4 GB/s from 3 nodes), for ring and tree alike.
+- ``algorithm_protocol_efficiency``: per (algorithm, protocol, "one-node"|"multi-node") a further
+  factor on ``bandwidth_efficiency``: ring LL across nodes is a quarter of the bus bandwidth
+  (our 0.5 x 0.5), tree LL is busBw x 0.92 / 3.8 (0.5 x 0.526 on top of the tree's 0.92), tree
+  LL128 is 7/9 on one node and 120/128 across nodes (on top of 0.92, instead of LL128's 0.92).
 """
 
 from __future__ import annotations
@@ -101,20 +122,54 @@ def _nccl_algorithm_efficiency() -> dict[str, float]:
     return {"tree": 0.92}
 
 
-_KiB, _MiB = 1024.0, 1024.0 * 1024.0
+# tuning.cc ``treeCorrectionFactor`` (NCCL 2.19-2.28): tree bandwidth factor per protocol, entry k
+# for sizes with floor(log2(nBytes >> 6)) == k, i.e. 64 B x 2^k up to twice that; none from 512 MiB.
+_NCCL_TREE_CORRECTION_STEPS = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
+_STEP_EDGE = 1 - 1e-9  # a knot just below the next power of two keeps each step flat
 
 
 def _nccl_tree_size_correction() -> dict[str, tuple[tuple[float, float], ...]]:
-    # A summary of tuning.cc's tree correction (ncclTopoGetAlgoTime): knots at the sizes where the
-    # factor changes trend, linear in log2(size) between them; the exact steps are not reproduced.
+    # NCCL's steps as knots: each step flat from 64 B x 2^k to just below 64 B x 2^(k+1)
     return {
-        "ll": ((512.0, 1.0), (4 * _KiB, 0.7), (32 * _KiB, 0.7), (256 * _KiB, 0.4), (512 * _KiB, 0.4),
-               (32 * _MiB, 1.0)),
-        "ll128": ((1 * _KiB, 1.0), (4 * _KiB, 0.8), (16 * _KiB, 0.8), (64 * _KiB, 0.6), (2 * _MiB, 0.6),
-                  (8 * _MiB, 0.9), (64 * _MiB, 0.9), (128 * _MiB, 1.0)),
-        "simple": ((4 * _KiB, 0.9), (128 * _KiB, 0.5), (1 * _MiB, 0.5), (8 * _MiB, 0.8), (32 * _MiB, 0.7),
-                   (256 * _MiB, 0.9), (512 * _MiB, 1.0)),
+        protocol: tuple(knot for k, factor in enumerate(steps)
+                        for knot in ((64.0 * 2**k, factor), (64.0 * 2 ** (k + 1) * _STEP_EDGE, factor)))
+        for protocol, steps in _NCCL_TREE_CORRECTION_STEPS.items()
     }
+
+
+def _nccl_reference_link_latency_s() -> dict[str, float]:
+    # the scenario loader's default inter-node latency (scenario/load.py, "5us"): a default
+    # scenario pays exactly NCCL's NET hop latencies (module docstring)
+    return {"net": 5.0 * _US}
+
+
+def _nccl_net_overhead_s() -> dict[str, float]:
+    # tuning.cc getNetOverhead: 1 us on x86 Intel and by default (2 us on AMD); x3 for Simple
+    return {"ll": 1.0 * _US, "ll128": 1.0 * _US, "simple": 3.0 * _US}
+
+
+def _nccl_algorithm_protocol_efficiency() -> dict[tuple[str, str, str], float]:
+    # relative to bandwidth_efficiency (LL 0.5, LL128 0.92) and, for trees, algorithm_efficiency 0.92
+    # (tuning.cc ncclTopoTuneModel "model refinements", all-reduce)
+    return {
+        ("ring", "ll", "multi-node"): 0.25 / 0.5,  # ring LL: busBw / 4 across nodes
+        ("tree", "ll", "one-node"): (1 / 3.8) / 0.5,  # tree LL: busBw x 0.92 / 3.8
+        ("tree", "ll", "multi-node"): (1 / 3.8) / 0.5,
+        ("tree", "ll128", "one-node"): (7 / 9) / 0.92,  # tree LL128: x 7/9 on one node
+        ("tree", "ll128", "multi-node"): (120 / 128) / 0.92,  # x 120/128 across nodes
+    }
+
+
+# tuning.cc llMaxBws, x86 Intel row (the default CPU), bus bandwidth in bytes/s: 2 nodes, >= 3 nodes
+NCCL_LL_MAX_BUS_BPS = (39.0e9, 20.4e9)
+# tuning.cc ncclTopoGetAlgoTime: "Plateau effect of ring", x1.4 for compute capability >= 8.0
+NCCL_RING_PLATEAU_FACTOR = 1.4
+NCCL_RING_PLATEAU_MIN_BYTES = 64.0
+SCOPES = ("one-node", "multi-node")
 
 
 @dataclass(frozen=True)
@@ -135,6 +190,14 @@ class ProtocolTable:
         bandwidth correction (absent protocol: no correction).
     tree_chain_bound: price a tree no faster than 2S through the ring's bus bandwidth (NCCL's
         chain-limited tree; see the module docstring).
+    reference_link_latency_s: per transport, the link latency at which ``hop_latency_s`` holds in
+        "scaled" mode (absent: the transport's ring Simple hop).
+    net_overhead_s: per protocol, the least an intra-node hop of a multi-node ring costs.
+    ring_plateau_factor, ring_plateau_min_bytes: NCCL's ring Simple latency plateau across nodes.
+    ll_max_bus_Bps: LL bus bandwidth caps across nodes, (2 nodes, 3 or more nodes); () for none.
+    algorithm_protocol_efficiency: per (algorithm, protocol, scope), scope "one-node" or
+        "multi-node", a bandwidth factor on top of the protocol's (may exceed 1 a little: NCCL's
+        tree LL128 across nodes is 120/128 against LL128's 0.92).
 
     Hierarchical all-reduce is made of rings, so it is priced with the ring's entries.
     """
@@ -148,6 +211,13 @@ class ProtocolTable:
     tree_size_correction: dict[str, tuple[tuple[float, float], ...]] = field(
         default_factory=_nccl_tree_size_correction)
     tree_chain_bound: bool = True
+    reference_link_latency_s: dict[str, float] = field(default_factory=_nccl_reference_link_latency_s)
+    net_overhead_s: dict[str, float] = field(default_factory=_nccl_net_overhead_s)
+    ring_plateau_factor: float = NCCL_RING_PLATEAU_FACTOR
+    ring_plateau_min_bytes: float = NCCL_RING_PLATEAU_MIN_BYTES
+    ll_max_bus_Bps: tuple[float, ...] = NCCL_LL_MAX_BUS_BPS
+    algorithm_protocol_efficiency: dict[tuple[str, str, str], float] = field(
+        default_factory=_nccl_algorithm_protocol_efficiency)
 
     def __post_init__(self) -> None:
         if self.hop_latency_mode not in HOP_LATENCY_MODES:
@@ -162,6 +232,17 @@ class ProtocolTable:
                 raise ValueError(f"tree_size_correction[{protocol!r}] needs knots of increasing positive size")
             if any(not 0 < factor <= 1 for _, factor in knots):
                 raise ValueError(f"tree_size_correction[{protocol!r}] factors must be in (0, 1]")
+        for key, value in self.algorithm_protocol_efficiency.items():
+            if len(key) != 3 or key[2] not in SCOPES or not 0 < value <= 2:
+                raise ValueError(f"algorithm_protocol_efficiency {key}: scope one of {SCOPES}, factor in (0, 2]")
+        if any(v <= 0 for v in self.reference_link_latency_s.values()):
+            raise ValueError("reference_link_latency_s must be positive")
+        if any(v < 0 for v in self.net_overhead_s.values()):
+            raise ValueError("net_overhead_s must be non-negative")
+        if self.ring_plateau_factor < 1 or self.ring_plateau_min_bytes < 0:
+            raise ValueError("ring_plateau_factor must be >= 1 and ring_plateau_min_bytes >= 0")
+        if len(self.ll_max_bus_Bps) not in (0, 2) or any(v <= 0 for v in self.ll_max_bus_Bps):
+            raise ValueError("ll_max_bus_Bps must be () or (2 nodes, 3+ nodes) positive bandwidths")
 
     @classmethod
     def ideal(cls) -> ProtocolTable:
@@ -175,6 +256,11 @@ class ProtocolTable:
             algorithm_efficiency={},
             tree_size_correction={},
             tree_chain_bound=False,
+            reference_link_latency_s={},
+            net_overhead_s={},
+            ring_plateau_factor=1.0,
+            ll_max_bus_Bps=(),
+            algorithm_protocol_efficiency={},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,6 +274,12 @@ class ProtocolTable:
             "algorithm_efficiency": dict(self.algorithm_efficiency),
             "tree_size_correction": {p: [list(k) for k in knots] for p, knots in self.tree_size_correction.items()},
             "tree_chain_bound": self.tree_chain_bound,
+            "reference_link_latency_s": dict(self.reference_link_latency_s),
+            "net_overhead_s": dict(self.net_overhead_s),
+            "ring_plateau_factor": self.ring_plateau_factor,
+            "ring_plateau_min_bytes": self.ring_plateau_min_bytes,
+            "ll_max_bus_Bps": list(self.ll_max_bus_Bps),
+            "algorithm_protocol_efficiency": {"/".join(k): v for k, v in self.algorithm_protocol_efficiency.items()},
         }
 
     @classmethod
@@ -202,7 +294,9 @@ class ProtocolTable:
         """
         unknown = set(data) - {"base_latency_s", "hop_latency_s", "bandwidth_efficiency",
                                "transport_efficiency", "hop_latency_mode", "algorithm_efficiency",
-                               "tree_size_correction", "tree_chain_bound"}
+                               "tree_size_correction", "tree_chain_bound", "reference_link_latency_s",
+                               "net_overhead_s", "ring_plateau_factor", "ring_plateau_min_bytes", "ll_max_bus_Bps",
+                               "algorithm_protocol_efficiency"}
         if unknown:
             raise KeyError(f"unknown protocol table fields: {', '.join(sorted(unknown))}")
 
@@ -229,6 +323,15 @@ class ProtocolTable:
                                    for p, knots in dict(data["tree_size_correction"]).items()}
                                   if "tree_size_correction" in data else default.tree_size_correction),
             tree_chain_bound=bool(data.get("tree_chain_bound", default.tree_chain_bound)),
+            reference_link_latency_s=(keyed("reference_link_latency_s", 1) if "reference_link_latency_s" in data
+                                      else default.reference_link_latency_s),
+            net_overhead_s=keyed("net_overhead_s", 1) if "net_overhead_s" in data else default.net_overhead_s,
+            ring_plateau_factor=float(data.get("ring_plateau_factor", default.ring_plateau_factor)),
+            ring_plateau_min_bytes=float(data.get("ring_plateau_min_bytes", default.ring_plateau_min_bytes)),
+            ll_max_bus_Bps=tuple(float(v) for v in data.get("ll_max_bus_Bps", default.ll_max_bus_Bps)),
+            algorithm_protocol_efficiency=(keyed("algorithm_protocol_efficiency", 3)
+                                           if "algorithm_protocol_efficiency" in data
+                                           else default.algorithm_protocol_efficiency),
         )
 
     @staticmethod
@@ -246,15 +349,41 @@ class ProtocolTable:
     def algorithm_factor(self, algorithm: str, protocol: str, nbytes: float) -> float:
         """Bandwidth factor of an algorithm at one size: ``algorithm_efficiency`` times, for a tree,
         the size correction (linear in log2 size between knots)."""
-        factor = self.algorithm_efficiency.get(algorithm, 1.0)
+        return self.algorithm_efficiency.get(algorithm, 1.0) * self.size_correction(algorithm, protocol, nbytes)
+
+    def size_correction(self, algorithm: str, protocol: str, nbytes: float) -> float:
+        """The tree's size-dependent bandwidth factor (1.0 for other algorithms)."""
         knots = self.tree_size_correction.get(protocol) if algorithm == "tree" else None
-        if knots and nbytes > 0:
-            sizes = np.log2([size for size, _ in knots])
-            values = [value for _, value in knots]
-            # constant before the first knot, no correction after the last
-            correction = 1.0 if nbytes > knots[-1][0] else float(np.interp(np.log2(nbytes), sizes, values))
-            factor *= correction
-        return factor
+        if not knots or nbytes <= 0:
+            return 1.0
+        if nbytes > knots[-1][0]:
+            return 1.0  # no correction after the last knot
+        sizes = np.log2([size for size, _ in knots])
+        values = [value for _, value in knots]
+        return float(np.interp(np.log2(nbytes), sizes, values))  # constant before the first knot
+
+    def protocol_factor(self, algorithm: str, protocol: str, nodes: int) -> float:
+        """``algorithm_protocol_efficiency`` for this algorithm's family and node count (1.0 if absent)."""
+        scope = "multi-node" if nodes > 1 else "one-node"
+        return self.algorithm_protocol_efficiency.get((self._family(algorithm), protocol, scope), 1.0)
+
+    def ll_bus_cap_Bps(self, protocol: str, nodes: int) -> float:
+        """NCCL's LL bus bandwidth cap across ``nodes`` nodes (inf where none applies)."""
+        if protocol != "ll" or nodes < 2 or not self.ll_max_bus_Bps:
+            return float("inf")
+        return self.ll_max_bus_Bps[0] if nodes == 2 else self.ll_max_bus_Bps[1]
+
+    def ring_intra_floor_s(self, protocol: str, nodes: int) -> float:
+        """The least an intra-node hop of a ring costs on ``nodes`` nodes (NCCL's net overhead)."""
+        return self.net_overhead_s.get(protocol, 0.0) if nodes > 1 else 0.0
+
+    def plateau(self, algorithm: str, protocol: str, nodes: int, n_ranks: int, channels: int,
+                nbytes: float) -> float:
+        """NCCL's latency factor for ring Simple across nodes once each channel's share per rank
+        reaches ``ring_plateau_min_bytes`` (1.0 otherwise)."""
+        if algorithm != "ring" or protocol != "simple" or nodes < 2:
+            return 1.0
+        return self.ring_plateau_factor if nbytes / (channels * n_ranks) >= self.ring_plateau_min_bytes else 1.0
 
     def hop_latency(self, transport: str, algorithm: str, protocol: str, link_latency_s: float) -> float:
         """Latency of one GPU-to-GPU hop whose links add up to ``link_latency_s``."""
@@ -264,7 +393,7 @@ class ProtocolTable:
             return link_latency_s if table is None else table
         if self.hop_latency_mode == "additive":
             return link_latency_s + (table or 0.0)
-        reference = self.hop_latency_s.get((transport, "ring", "simple"))
+        reference = self.reference_link_latency_s.get(transport) or self.hop_latency_s.get((transport, "ring", "simple"))
         if table is None or not reference:
             return link_latency_s
         return link_latency_s * (table / reference)

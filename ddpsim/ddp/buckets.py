@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import DDPSpec
 from ddpsim.workload.model import DTYPE_BYTES, ParamTensor
 
@@ -48,7 +49,11 @@ def assign_buckets(
             open_buckets[dtype] = []
             open_sizes[dtype] = 0
             limit_index[dtype] = min(level + 1, len(limits_bytes) - 1)
-    closed.extend(bucket for bucket in open_buckets.values() if bucket)
+    # The reducer keeps open buckets in a std::unordered_map and appends the leftovers in its iteration
+    # order, which for libstdc++ is the reverse of first insertion (checked against
+    # torch.distributed._compute_bucket_assignment_by_size with up to four dtypes). It shows when
+    # fp32 and bf16 parameters mix: the last bf16 and fp32 buckets swap.
+    closed.extend(bucket for bucket in reversed(open_buckets.values()) if bucket)
     if order is None:
         closed.sort(key=min)
     return closed
@@ -70,8 +75,13 @@ def _limits(ddp: DDPSpec) -> list[int]:
     return [first, cap] if first < cap else [cap]
 
 
-def bucket_layout(params: Sequence[ParamTensor], ready_order: Sequence[int], ddp: DDPSpec) -> list[Bucket]:
+def bucket_layout(params: Sequence[ParamTensor], ready_order: Sequence[int], ddp: DDPSpec,
+                  model: str = "") -> list[Bucket]:
     """The steady-state buckets (iteration 2 onwards) in launch order.
+
+    Parameters missing from ``ready_order`` get no gradient (unused in forward): without
+    ``find_unused_parameters`` (or ``static_graph``) real DDP raises, and so does this, naming
+    ``model``.
 
     Default DDP (and ``static_graph``) rebuilds once in gradient-ready order with limits
     [first_cap, cap]. With ``find_unused_parameters`` there is no rebuild: the initial buckets,
@@ -79,10 +89,21 @@ def bucket_layout(params: Sequence[ParamTensor], ready_order: Sequence[int], ddp
     """
     sizes = [p.bytes for p in params]
     dtypes = [p.dtype for p in params]
+    ready = set(ready_order)
+    unused = [i for i in range(len(params)) if i not in ready]
+    if unused and not ddp.find_unused_parameters and not ddp.static_graph:
+        # Real DDP cannot finish the first reduction (these gradients never arrive) and raises at the
+        # next forward; a step time would be a fiction.
+        names = ", ".join(params[i].name for i in unused)
+        raise ScenarioError(f"{model or 'the model'} has parameters unused in forward ({names}): DDP raises "
+                            "without find_unused_parameters; set ddp.find_unused_parameters: true",
+                            field="ddp.find_unused_parameters")
     if ddp.find_unused_parameters and not ddp.static_graph:
         groups = list(reversed(assign_buckets(sizes, dtypes, _limits(ddp))))
     else:
-        groups = assign_buckets(sizes, dtypes, _limits(ddp), order=ready_order)
+        # static_graph accepts unused parameters and rebuilds them last, in registration order
+        # (checked against DDP in tests/test_ddp_layouts.py).
+        groups = assign_buckets(sizes, dtypes, _limits(ddp), order=[*ready_order, *unused])
     return [_bucket(i, group, params, ddp.comm_hook) for i, group in enumerate(groups)]
 
 

@@ -44,6 +44,10 @@ class StepCompute:
     forward_s: float
     backward_segments: tuple[tuple[float, tuple[int, ...]], ...]
     optimizer_s: float
+    # Parameters that get no gradient (unused in forward). They sit in the first segment, since DDP
+    # with find_unused_parameters marks them ready when the first gradient hook fires, but they are
+    # not part of the rebuild order: no hook ever fires for them.
+    unused: tuple[int, ...] = ()
 
     @property
     def backward_s(self) -> float:
@@ -52,7 +56,8 @@ class StepCompute:
     @property
     def ready_order(self) -> tuple[int, ...]:
         """Parameter indices in the order their gradients become ready (DDP's rebuild order)."""
-        return tuple(i for _, ready in self.backward_segments for i in ready)
+        unused = set(self.unused)
+        return tuple(i for _, ready in self.backward_segments for i in ready if i not in unused)
 
 
 def resolve_optimizer(workload: Workload, optimizer: str = "auto") -> str:
@@ -149,14 +154,20 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
     forward = 0.0
     segments: list[tuple[float, tuple[int, ...]]] = []
     pending = 0.0
+    elapsed = 0.0
+    layer_done = [0.0] * offset  # per parameter: when its layer's backward ends
     for li in order:
         layer = workload.layers[li]
         forward += roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
                               workload.precision, efficiency, layer.kind, cudnn_tf32)
     for li in reversed(order):
         layer = workload.layers[li]
-        pending += roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
-                              workload.precision, efficiency, layer.kind, cudnn_tf32)
+        cost = roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
+                          workload.precision, efficiency, layer.kind, cudnn_tf32)
+        pending += cost
+        elapsed += cost
+        for i in range(first_param[li], first_param[li] + len(layer.params)):
+            layer_done[i] = elapsed
         if layer.params:
             # Within a module the hooks fire last-registered first (a Linear's bias before its weight):
             # the bias gradient comes straight from the output gradient, the weight's needs a matmul.
@@ -166,7 +177,33 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
             pending = 0.0
     if pending > 0.0 or not segments:
         segments.append((pending, ()))
-    return StepCompute(forward, tuple(segments), optimizer_s(workload, gpu, optimizer))
+    opt = optimizer_s(workload, gpu, optimizer)
+    if workload.grad_ready_order:
+        recorded = _recorded_segments(workload.grad_ready_order, workload.unused_params, layer_done, elapsed)
+        return StepCompute(forward, recorded, opt, unused=workload.unused_params)
+    return StepCompute(forward, tuple(segments), opt)
+
+
+def _recorded_segments(order: tuple[int, ...], unused: tuple[int, ...], layer_done: list[float],
+                       total: float) -> tuple[tuple[float, tuple[int, ...]], ...]:
+    """Segments that follow a recorded gradient-ready order exactly. A gradient is ready when its
+    layer's backward ends, and never before the one recorded before it (hooks fire in order).
+    Unused parameters join the first hook, as DDP marks them ready there."""
+    segments: list[tuple[float, tuple[int, ...]]] = []
+    current, t_prev, t_current = list(unused), 0.0, 0.0
+    has_used = False
+    for i in order:
+        t = max(layer_done[i], t_current)
+        if has_used and t > t_current:
+            segments.append((t_current - t_prev, tuple(current)))
+            t_prev, current = t_current, []
+        current.append(i)
+        has_used = True
+        t_current = t
+    segments.append((t_current - t_prev, tuple(current)))
+    if total > t_current:
+        segments.append((total - t_current, ()))
+    return tuple(segments)
 
 
 def memory_per_gpu(workload: Workload, optimizer: str = "auto",

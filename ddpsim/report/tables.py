@@ -66,6 +66,8 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
         )
     )
     rows.append(("simulation", f"{result.mode} mode, {result.wall_s:.2f} s wall"))
+    if result.mode_reason:
+        rows.append(("mode reason", result.mode_reason))
     return rows
 
 

@@ -84,7 +84,7 @@ class Topology:
         gpu_vertices: Sequence[str],
         gpus_per_node: int,
         links: _LinkTable,
-        router: Callable[[int, int], tuple[int, ...]],
+        router: Callable[[int, int], tuple[int, ...] | Route],
         intra_transport: str,
         description: str,
         nics_per_node: int = 1,
@@ -119,9 +119,12 @@ class Topology:
             return cached
         if not (0 <= src_rank < self.world_size and 0 <= dst_rank < self.world_size):
             raise IndexError(f"rank pair {key} outside world of {self.world_size}")
-        ids = self._router(src_rank, dst_rank)
-        lat = self.latency_s
-        route = Route(ids, float(sum(lat[i] for i in ids)))
+        found = self._router(src_rank, dst_rank)
+        if isinstance(found, Route):
+            route = found  # the router priced its own latency (a PXN route: see _PresetRouter)
+        else:
+            lat = self.latency_s
+            route = Route(found, float(sum(lat[i] for i in found)))
         self._routes[key] = route
         return route
 
@@ -218,7 +221,15 @@ def _assemble_graph(vertices: dict[str, dict[str, object]], links: _LinkTable) -
 
 
 class _PresetRouter:
-    """Structural routes: switch or ring inside a node, up to a leaf (and spine) across nodes."""
+    """Structural routes: switch or ring inside a node, up to a leaf (and spine) across nodes.
+
+    ``pxn`` (rail-optimised fabrics): traffic between GPUs on different rails never changes rail
+    through the spine. As NCCL's PXN does (``../shared/reference/ddp-nccl-facts.md`` section 3; NCCL
+    keeps ring traffic on one rail), it first crosses the node's own links to the GPU that sits on
+    the destination's rail, then leaves through that GPU's NIC. Such a route's latency is the
+    network part alone: NCCL's NET hop latency, which the scenario's network latency stands for,
+    was measured with PXN on and already holds the NVLink crossing.
+    """
 
     def __init__(self, gpus_per_node: int, ring: bool, world: int) -> None:
         self.g = gpus_per_node
@@ -232,24 +243,35 @@ class _PresetRouter:
         self.leaf_of = [-1] * world
         self.leaf_up: list[int] = []
         self.leaf_down: list[int] = []
+        self.pxn = False
+        self.link_latency_s: list[float] = []  # the link table's latencies (for PXN routes)
 
-    def __call__(self, src: int, dst: int) -> tuple[int, ...]:
+    def __call__(self, src: int, dst: int) -> tuple[int, ...] | Route:
         if src == dst:
             return ()
         g = self.g
         if src // g == dst // g:
-            if not self.ring:
-                return (self.up[src], self.down[dst])
-            base, local_src, local_dst = src - src % g, src % g, dst % g
-            forward = (local_dst - local_src) % g
-            # the shorter way round; ties go forward so routes are deterministic
-            if forward <= g - forward:
-                return tuple(self.up[base + (local_src + k) % g] for k in range(forward))
-            return tuple(self.down[base + (local_src - k) % g] for k in range(g - forward))
+            return self._intra(src, dst)
+        if self.pxn and src % g != dst % g:
+            proxy = src - src % g + dst % g  # the source node's GPU on the destination's rail
+            network = self.to_leaf[proxy] + self.from_leaf[dst]
+            return Route(self._intra(src, proxy) + network, float(sum(self.link_latency_s[i] for i in network)))
         leaf_src, leaf_dst = self.leaf_of[src], self.leaf_of[dst]
         if leaf_src == leaf_dst:
             return self.to_leaf[src] + self.from_leaf[dst]
         return self.to_leaf[src] + (self.leaf_up[leaf_src], self.leaf_down[leaf_dst]) + self.from_leaf[dst]
+
+    def _intra(self, src: int, dst: int) -> tuple[int, ...]:
+        """Links between two GPUs of one node: through the hub, or the shorter way round the ring."""
+        if not self.ring:
+            return (self.up[src], self.down[dst])
+        g = self.g
+        base, local_src, local_dst = src - src % g, src % g, dst % g
+        forward = (local_dst - local_src) % g
+        # the shorter way round; ties go forward so routes are deterministic
+        if forward <= g - forward:
+            return tuple(self.up[base + (local_src + k) % g] for k in range(forward))
+        return tuple(self.down[base + (local_src - k) % g] for k in range(g - forward))
 
 
 def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
@@ -326,7 +348,10 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
     leaf_down_Bps: list[float] = []
     ports_per_node = g
     if inter.type == "rail-fat-tree":
-        # rail i joins GPU i of every node on one leaf: same-rail traffic never climbs to the spine
+        # rail i joins GPU i of every node on one leaf: same-rail traffic never climbs to the spine,
+        # and other traffic changes rail inside the node (PXN), never through the spine
+        router.pxn = True
+        router.link_latency_s = links.latency_s
         for i in range(g):
             leaf_names.append(f"rail{i}.leaf")
             leaf_down_Bps.append(n_nodes * nic_Bps)

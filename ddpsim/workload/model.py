@@ -80,6 +80,21 @@ class Workload:
     # another order (LLaMA registers input_layernorm after self_attn but runs it first), and backward,
     # hence gradient readiness, follows execution order.
     forward_order: tuple[int, ...] = ()
+    # Indices into ``params`` in the order autograd accumulated their gradients in one backward, as
+    # the torch importer records it; empty means derived from ``execution_order``. Needed because the
+    # order inside a module and across modules is autograd's, not registration's (LayerNorm, BatchNorm
+    # and Conv get the weight's gradient before the bias's; MultiheadAttention's out_proj is used
+    # without being called), and DDP rebuilds its buckets in exactly this order. A parameter absent
+    # from a non-empty order gets no gradient: unused in forward.
+    grad_ready_order: tuple[int, ...] = ()
+
+    @property
+    def unused_params(self) -> tuple[int, ...]:
+        """Indices into ``params`` that get no gradient in backward (known only from a recorded order)."""
+        if not self.grad_ready_order:
+            return ()
+        ready = set(self.grad_ready_order)
+        return tuple(i for i in range(len(self.params)) if i not in ready)
 
     @property
     def execution_order(self) -> tuple[int, ...]:

@@ -9,6 +9,8 @@ kernel counts from a dispatch mode that sees every aten op each module runs.
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -35,7 +37,7 @@ def _load_factory(spec: str) -> tuple[Callable[..., Any], Any]:
     if not sep or not module_name or not factory_name:
         raise ScenarioError(f"expected 'torch:package.module:factory', got 'torch:{spec}'", field=FIELD)
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name)
     except Exception as err:  # any error while importing user code is a scenario problem
         raise ScenarioError(f"cannot import module {module_name!r}: {type(err).__name__}: {err}",
                             field=FIELD) from None
@@ -47,6 +49,25 @@ def _load_factory(spec: str) -> tuple[Callable[..., Any], Any]:
     if not callable(factory):
         raise ScenarioError(f"{module_name}:{factory_name} is not callable", field=FIELD)
     return factory, module
+
+
+def _import_module(module_name: str) -> Any:
+    """Import ``module_name``; if its top-level package is not on ``sys.path``, retry from the current
+    directory. The ``ddpsim`` console script's ``sys.path[0]`` is its bin folder, not the folder the
+    user runs it from, so ``torch:my_net:build`` beside the user would need PYTHONPATH otherwise."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        if err.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.insert(0, cwd)
+        try:
+            importlib.invalidate_caches()  # the finder may have listed the folder before the file existed
+            return importlib.import_module(module_name)
+        finally:
+            sys.path.remove(cwd)
 
 
 def ddp_parameters(model: Any) -> list[tuple[str, str, Any]]:
@@ -68,6 +89,8 @@ def _guess_inputs(torch: Any, model: Any, batch_size: int, seq_len: int | None) 
     Embedding, features for a Linear."""
     nn = torch.nn
     for module in model.modules():
+        if _is_lazy(torch, module):
+            return []  # a lazy module's in_features is 0 until it has seen an input
         if isinstance(module, nn.Conv2d):
             return [torch.randn(batch_size, module.in_channels, _IMAGE_SIDE, _IMAGE_SIDE)]
         if isinstance(module, nn.Conv1d):
@@ -78,6 +101,29 @@ def _guess_inputs(torch: Any, model: Any, batch_size: int, seq_len: int | None) 
             rows = [batch_size, seq_len] if seq_len else [batch_size]
             return [torch.randn(*rows, module.in_features)]
     return []
+
+
+def _is_lazy(torch: Any, module: Any) -> bool:
+    from torch.nn.modules.lazy import LazyModuleMixin
+
+    return isinstance(module, LazyModuleMixin) and bool(module.has_uninitialized_params())
+
+
+def _materialise_lazy(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str,
+                      hint: str) -> None:
+    """Lazy modules (LazyLinear, ...) have zero-size parameters until their first forward, and DDP
+    refuses them until then; users run one forward first, so do the same here, on meta tensors."""
+    args, kwargs = inputs
+    try:
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as err:
+        raise ScenarioError(f"the forward that initialises the lazy modules of {spec} failed "
+                            f"({type(err).__name__}: {err}); {hint}", field=FIELD) from None
+    left = [name for name, module in model.named_modules() if _is_lazy(torch, module)]
+    if left:
+        raise ScenarioError(f"lazy modules of {spec} never ran in forward, so their parameters have no "
+                            f"size: {', '.join(left)}", field=FIELD)
 
 
 def _example_input(torch: Any, model: Any, py_module: Any, batch_size: int,
@@ -100,20 +146,19 @@ def _example_input(torch: Any, model: Any, py_module: Any, batch_size: int,
     return (value,), {}
 
 
-def _first_tensor(torch: Any, out: Any) -> Any:
-    """The tensor to call backward on: the output, ``.loss``/``.logits``, or the first tensor inside."""
+def _output_tensors(torch: Any, out: Any) -> list[Any]:
+    """The tensors a training loss would be built from: the output, its ``.loss`` (else ``.logits``),
+    or every tensor inside a tuple, list or dict. All of them, not the first: a parameter that only
+    reaches the second output still gets a gradient from a loss over both, and DDP's unused-parameter
+    check must not flag it."""
     if isinstance(out, torch.Tensor):
-        return out
+        return [out]
     for attr in ("loss", "logits"):
         value = getattr(out, attr, None)
         if isinstance(value, torch.Tensor):
-            return value
+            return [value]
     items = out.values() if isinstance(out, dict) else out if isinstance(out, tuple | list) else []
-    for item in items:
-        found = _first_tensor(torch, item)
-        if found is not None:
-            return found
-    return None
+    return [t for item in items for t in _output_tensors(torch, item)]
 
 
 class _Trace:
@@ -122,17 +167,25 @@ class _Trace:
     def __init__(self) -> None:
         self.stack: list[str] = []
         self.order: list[str] = []  # modules by first forward call
-        self.first_op: list[str] = []  # modules by their first own kernel: when their work runs
         self.kernels: dict[str, int] = {}
         self.bytes: dict[str, float] = {}
         self.bwd_extra: dict[str, float] = {}  # backward bytes beyond 2 x forward (embedding tables)
         self.fused = 0  # > 0 inside an op that runs as one fused kernel on a GPU
         self.keep: list[Any] = []
+        # Forward ops counted so far, and per module the count at its first call and at the first op
+        # that is its own or reads one of its parameters: when its work runs. A module whose
+        # parameters its parent uses without calling it (MultiheadAttention's out_proj) runs there.
+        self.ops = 0
+        self.called_at: dict[str, int] = {}
+        self.first_work: dict[str, int] = {}
+        # DDP parameter indices in the order autograd accumulated their gradients in the backward
+        self.ready: list[int] = []
 
 
-def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_ids: set[int]) -> Any:
+def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[int, str]) -> Any:
     """Counts, per innermost module, the kernels and bytes of the aten ops its forward runs, costed
-    as the zoo costs them (see ``zoo``'s module docstring)."""
+    as the zoo costs them (see ``zoo``'s module docstring). ``param_owner`` maps ``id`` of each
+    parameter (and of views of it) to the module that registers it."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils._pytree import tree_leaves
     from torch.utils.flop_counter import flop_registry
@@ -146,16 +199,21 @@ def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_ids: set[int]
             if getattr(func, "is_view", False):
                 # Views launch no kernel and move no data; a view of a parameter (Linear's weight.t())
                 # is still the parameter. Keep the view alive so its id is not reused.
-                if isinstance(out, torch.Tensor) and any(
-                        id(t) in param_ids for t in tree_leaves(args) if isinstance(t, torch.Tensor)):
-                    param_ids.add(id(out))
-                    trace.keep.append(out)
+                if isinstance(out, torch.Tensor):
+                    for t in tree_leaves(args):
+                        if isinstance(t, torch.Tensor) and id(t) in param_owner:
+                            param_owner[id(out)] = param_owner[id(t)]
+                            trace.keep.append(out)
+                            break
                 return out
+            trace.ops += 1
+            for t in tree_leaves((args, kwargs or {})):
+                if isinstance(t, torch.Tensor) and id(t) in param_owner:
+                    trace.first_work.setdefault(param_owner[id(t)], trace.ops)
             if not trace.stack or trace.fused:
                 return out
             owner = trace.stack[-1]
-            if owner not in trace.bytes:
-                trace.first_op.append(owner)
+            trace.first_work.setdefault(owner, trace.ops)
             kernels, moved = 1, 0.0
             if func is embedding:
                 # A lookup reads only the rows it gathers; its backward zero-fills and scatter-adds
@@ -168,7 +226,7 @@ def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_ids: set[int]
                 for t in tree_leaves((args, kwargs or {}, out)):
                     if not isinstance(t, torch.Tensor):
                         continue
-                    if id(t) in param_ids:
+                    if id(t) in param_owner:
                         # fp32 parameter; autocast casts a matmul weight to 16 bits first
                         moved += t.numel() * (8.0 if amp and matmul else 4.0)
                         kernels += 1 if amp and matmul else 0
@@ -199,8 +257,8 @@ def _make_function_mode(torch: Any, trace: _Trace, elt: int) -> Any:
             finally:
                 trace.fused -= 1
             owner = trace.stack[-1]
-            if owner not in trace.bytes:
-                trace.first_op.append(owner)
+            trace.ops += 1
+            trace.first_work.setdefault(owner, trace.ops)
             moved = sum(t.numel() for t in (*args[:3], out) if isinstance(t, torch.Tensor)) * elt
             trace.kernels[owner] = trace.kernels.get(owner, 0) + 1
             trace.bytes[owner] = trace.bytes.get(owner, 0.0) + moved
@@ -217,11 +275,13 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
 
     trace = _Trace()
     handles = []
+    param_owner: dict[int, str] = {}
     for name, module in model.named_modules():
         def pre(_m: Any, _a: Any, name: str = name) -> None:
             if name not in trace.kernels:
                 trace.order.append(name)
                 trace.kernels[name] = 0
+                trace.called_at[name] = trace.ops
             trace.stack.append(name)
 
         def post(_m: Any, _a: Any, output: Any, name: str = name) -> None:
@@ -229,19 +289,29 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
+        for param in module.parameters(recurse=False):
+            param_owner.setdefault(id(param), name)  # frozen ones too: their bytes are read all the same
+    for index, (_, _, param) in enumerate(ddp_parameters(model)):
+        # Like DDP's reducer hook, this fires once autograd has accumulated the gradient, so the
+        # order it fires in is the order DDP rebuilds its buckets in. The engine orders a one-device
+        # backward the same way on meta tensors as on real ones (tests/test_ddp_layouts.py checks
+        # it against DDP itself); a tied parameter has one accumulator, so it fires once.
+        def ready(_p: Any, index: int = index) -> None:
+            trace.ready.append(index)
+
+        handles.append(param.register_post_accumulate_grad_hook(ready))
     root_class = type(model).__name__
     counter = FlopCounterMode(display=False)
     args, kwargs = inputs
     try:
         with counter:
-            param_ids = {id(p) for p in model.parameters()}
-            with _make_dispatch_mode(torch, trace, elt, param_ids), _make_function_mode(torch, trace, elt):
+            with _make_dispatch_mode(torch, trace, elt, param_owner), _make_function_mode(torch, trace, elt):
                 output = model(*args, **kwargs)
             forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
-            loss = _first_tensor(torch, output)
-            backward_ran = loss is not None and loss.requires_grad
+            outs = [t for t in _output_tensors(torch, output) if t.requires_grad]
+            backward_ran = bool(outs)
             if backward_ran:
-                loss.float().sum().backward()
+                sum(t.float().sum() for t in outs).backward()
             total = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
     finally:
         for h in handles:
@@ -278,7 +348,9 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     else a guess from the first parametrised module (Conv2d: 3x224x224 images; Embedding: token ids
     of ``seq_len`` (default 128); Linear: features). Layers are the modules with their own
     parameters or their own work (FLOPs or kernels outside their children), in registration order;
-    ``forward_order`` records the order their forward first ran.
+    ``forward_order`` records the order their forward first ran, ``grad_ready_order`` the order
+    autograd accumulated each parameter's gradient in (DDP's bucket rebuild order); parameters
+    missing from it get no gradient.
     """
     torch = _require_torch()
     if precision not in ACTIVATION_BYTES:
@@ -296,8 +368,12 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     elt = ACTIVATION_BYTES[precision]
     inputs = _example_input(torch, model, py_module, batch_size, seq_len)
     hint = f"give the module or {spec.partition(':')[0]} an example_input(batch_size, seq_len) function"
+    lazy = [name or type(model).__name__ for name, module in model.named_modules() if _is_lazy(torch, module)]
     if inputs is None:
-        raise ScenarioError(f"cannot guess an input for {spec}; {hint}", field=FIELD)
+        why = f" (lazy modules: {', '.join(lazy)})" if lazy else ""
+        raise ScenarioError(f"cannot guess an input for {spec}{why}; {hint}", field=FIELD)
+    if lazy:
+        _materialise_lazy(torch, model, inputs, spec, hint)
     try:
         trace, fwd, bwd, backward_ran = _trace_model(torch, model, inputs, elt)
     except ScenarioError:
@@ -335,14 +411,16 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
                             backward_bytes=2.0 * moved + trace.bwd_extra.get(name, 0.0),
                             kernels=max(kernels, 1), kind=kind))
         names.append(name)
-    position = {n: i for i, n in enumerate(names)}
-    # A parent's own work (an attention module's softmax) runs between its children, so order by the
-    # first own kernel; modules with parameters but no kernel of their own fall back to call order.
-    ran = trace.first_op + [n for n in trace.order if n not in set(trace.first_op)]
-    executed = [position[n] for n in ran if n in position]
-    # Modules that never ran still own parameters DDP waits for: treat them as running first, so their
-    # (never produced) gradients are the last to be marked ready.
-    missing = [i for i in range(len(names)) if i not in set(executed)]
+    # A module's work runs at its first own kernel or at the first kernel that reads its parameters,
+    # whichever comes first: a parent's own work (an attention module's softmax) runs between its
+    # children, and MultiheadAttention runs out_proj's matmul itself without calling out_proj.
+    # Modules with neither fall back to their first call.
+    started = {n: trace.first_work.get(n, trace.called_at.get(n)) for n in names}
+    executed = sorted((i for i, n in enumerate(names) if started[n] is not None),
+                      key=lambda i: (started[names[i]], i))
+    # Modules that never ran still own parameters DDP waits for: put them first in forward, so that
+    # without a recorded gradient order their (never produced) gradients are the last marked ready.
+    missing = [i for i in range(len(names)) if started[names[i]] is None]
     forward_order = tuple(missing + executed)
     activation = _saved_bytes(trace, layers, elt)
     return Workload(
@@ -354,6 +432,7 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         activation_bytes=activation,
         buffer_bytes=int(sum(b.numel() * b.element_size() for b in model.buffers())),
         forward_order=forward_order if forward_order != tuple(range(len(names))) else (),
+        grad_ready_order=tuple(trace.ready) if backward_ran else (),
         notes=(f"torch:{spec}",) + (() if backward_ran else ("backward FLOPs estimated as 2x forward",)),
     )
 
