@@ -22,9 +22,9 @@ from collections.abc import Sequence
 
 import pytest
 
-from validation import external as ext
 from ddpsim.collectives import CollectiveModel
 from ddpsim.topology import build_topology
+from validation import external as ext
 
 pytestmark = pytest.mark.skipif(not ext.available(), reason="external data folder absent (set DDPSIM_EXTERNAL_DIR)")
 
