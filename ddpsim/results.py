@@ -72,6 +72,7 @@ class Result:
     wall_s: float = 0.0
     mode_reason: str = ""  # why this mode ran (auto's threshold or the scenario) and which ranks were simulated
     simulated_ranks: int = 0  # ranks run on the engine after folding identical and dropping dominated ones
+    # per simulated rank (and, up to 64 GPUs, every rank it stands for): ddpsim.ddp.fold
     rank_timelines: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False)
 
     @property

@@ -218,7 +218,10 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     for rank in ranks:
         env.process(rank_process(rank))
     env.run()
-    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start, plan.members)
+    # folded ranks get their representative's timeline on small clusters only: a trace of
+    # thousands of identical ranks says nothing more and costs a file of hundreds of MB
+    members = plan.members if world <= DETAILED_MAX_GPUS else None
+    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start, members)
     result.events = env.events_processed
     result.mode_reason = mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan)
     result.simulated_ranks = len(ranks)

@@ -98,3 +98,8 @@ def test_identical_ranks_share_one_timeline_and_the_reason_is_reported() -> None
     assert result.mode_reason.startswith("simulation.mode: detailed") and "1 of 8 ranks" in result.mode_reason
     auto = simulation.simulate(_scenario("auto", nodes=16, gpus=8))
     assert auto.mode == "fast" and auto.mode_reason.startswith("auto: 128 GPUs > 64, so fast")
+
+
+def test_large_folded_clusters_keep_only_simulated_timelines() -> None:
+    result = simulation.simulate(_scenario("fast", nodes=16, gpus=8, straggler_rank=100, straggler_slowdown=1.2))
+    assert result.simulated_ranks == 2 and sorted(result.rank_timelines) == [0, 100]
