@@ -169,8 +169,9 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
         for i in range(first_param[li], first_param[li] + len(layer.params)):
             layer_done[i] = elapsed
         if layer.params:
-            # Within a module the hooks fire last-registered first (a Linear's bias before its weight):
-            # the bias gradient comes straight from the output gradient, the weight's needs a matmul.
+            # Without a recorded order (zoo models): within a module the hooks fire last-registered
+            # first, right for a Linear (bias before weight). Autograd gives norms' and convs' weights
+            # first; imported models carry autograd's own order (grad_ready_order), used below.
             start = first_param[li]
             ready = tuple(range(start + len(layer.params) - 1, start - 1, -1))
             segments.append((pending, ready))
