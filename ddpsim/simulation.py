@@ -69,7 +69,7 @@ def prepare(scenario: Scenario) -> Prepared:
         workload = load_workload(scenario.workload, scenario.base_dir)
         gpu = get_gpu(scenario.cluster.gpu)
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
-        buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp))
+        buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         topology = build_topology(scenario.cluster)
     except ScenarioError as exc:
         if exc.file is None:
