@@ -247,8 +247,9 @@ def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
 
 def _number(entry: dict[str, Any], key: str, source: str, where: str, positive: bool = False) -> float:
     value = entry.get(key)
-    bad = isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value)
-    if bad or value < 0 or (positive and value == 0):
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or (
+        positive and value == 0
+    ):
         expected = "a positive finite number" if positive else "a finite number >= 0"
         raise ScenarioError(f"expected {expected}, got {value!r}", file=source, field=f"{where}.{key}")
     return float(value)

@@ -222,7 +222,8 @@ class ProtocolTable:
     def __post_init__(self) -> None:
         if self.hop_latency_mode not in HOP_LATENCY_MODES:
             raise ValueError(f"hop_latency_mode must be one of {HOP_LATENCY_MODES}, got {self.hop_latency_mode!r}")
-        efficiencies = {**self.bandwidth_efficiency, **self.transport_efficiency, **self.algorithm_efficiency}
+        efficiencies: dict[Any, float] = {**self.bandwidth_efficiency, **self.transport_efficiency,
+                                          **self.algorithm_efficiency}
         for key, value in efficiencies.items():
             if not 0 < value <= 1:
                 raise ValueError(f"bandwidth efficiency {key} must be in (0, 1], got {value}")

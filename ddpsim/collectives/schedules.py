@@ -28,7 +28,7 @@ class Transfer(NamedTuple):
     src_rank: int
     dst_rank: int
     nbytes: float
-    count: int = 1
+    count: int = 1  # type: ignore[assignment]  # a NamedTuple field named like tuple.count
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels:
     g = gpus_per_node
     chunk = nbytes / (n_ranks * channels)
     local, across = ring_pairs(g, channels, n_nodes)
-    step = []
+    step: list[Transfer] = []
     for node in range(n_nodes):
         base, succ = node * g, ((node + 1) % n_nodes) * g
         step.extend(Transfer(base + a, base + b, chunk, m) for (a, b), m in local.items() if a != b)

@@ -137,7 +137,7 @@ class Rendezvous:
         done.succeed()
 
 
-def _work(env: simpy.Environment, seconds: float, other: Activity, slowdown: float) -> Generator:
+def _work(env: simpy.Environment, seconds: float, other: Activity, slowdown: float) -> Generator[Any, Any, None]:
     """Run ``seconds`` of work, stretched by (1 + slowdown) while the other stream is active."""
     remaining = seconds
     while remaining > 1e-15:
@@ -168,7 +168,7 @@ def rank_step(
     completions: dict[int, simpy.Event] = {b.index: env.event() for b in buckets}
     trace.step_start_s = env.now
 
-    def compute(seconds: float, label: str) -> Generator:
+    def compute(seconds: float, label: str) -> Generator[Any, Any, None]:
         if seconds <= 0:
             return
         start = env.now
@@ -179,7 +179,7 @@ def rank_step(
             rendezvous.compute.stop()
         trace.compute_intervals.append((start, env.now, label))
 
-    def comm_stream() -> Generator:
+    def comm_stream() -> Generator[Any, Any, None]:
         for _ in buckets:
             bucket = yield launched.get()
             yield env.timeout(costs.bucket_launch_s)

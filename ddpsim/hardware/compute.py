@@ -115,7 +115,8 @@ def _measured_segments(workload: Workload) -> tuple[tuple[float, tuple[int, ...]
     missing = [i for i in range(len(index)) if i not in seen]
     names = [p.name for p in workload.params]
     segments: list[tuple[float, tuple[int, ...]]] = []
-    t_prev, current, t_current = 0.0, [], 0.0
+    current: list[int] = []
+    t_prev, t_current = 0.0, 0.0
     for i in order:
         t = max(measured.grad_ready_s.get(names[i], t_current), t_current)
         if current and t > t_current:

@@ -12,6 +12,7 @@ passes over the incidence whatever the number of flows.
 from __future__ import annotations
 
 from collections.abc import Generator, Hashable, Sequence
+from functools import partial
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -31,7 +32,7 @@ class FlowBatch(NamedTuple):
     links: LinkMatrix
     nbytes: np.ndarray
     latency_s: np.ndarray
-    count: np.ndarray
+    count: np.ndarray  # type: ignore[assignment]  # a NamedTuple field named like tuple.count
 
     @classmethod
     def from_tuples(cls, flows: Sequence[tuple[Sequence[int] | np.ndarray, float, float, int]]) -> FlowBatch:
@@ -97,13 +98,13 @@ class FlowNetwork:
         self._count = np.zeros(0, dtype=np.int64)
         self._group = np.zeros(0, dtype=np.int64)
         self._remaining = np.zeros(0)
-        self._rates = np.zeros(0)
+        self._rates: np.ndarray = np.zeros(0)
         self._alive = np.zeros(0, dtype=bool)
         self._arrivals: list[tuple[FlowBatch, int]] = []  # arrived since the last rate update
         self._groups: dict[int, list[Any]] = {}  # group id -> [flow entries pending, done event]
         self._next_group = 0
-        self._used_links = np.zeros(0, dtype=np.int64)
-        self._link_load_Bps = np.zeros(0)
+        self._used_links: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._link_load_Bps: np.ndarray = np.zeros(0)
         self._last_update_s = env.now
         self._update_pending = False
         self._version = 0
@@ -149,7 +150,7 @@ class FlowNetwork:
         for k, latency_s in enumerate(latencies):
             part = batch if len(latencies) == 1 else batch.select(which == k)
             wait = self.env.timeout(float(latency_s))
-            wait.callbacks.append(lambda _event, part=part: self._arrive(part, group))
+            wait.callbacks.append(partial(self._arrive_on, part, group))
         return done
 
     def run_repeated(self, batch: FlowBatch, repeat: int, gap_s: float = 0.0,
@@ -213,6 +214,9 @@ class FlowNetwork:
         self._last_update_s = self.env.now
 
     # -- internals ------------------------------------------------------------------------------
+    def _arrive_on(self, part: FlowBatch, group: int, _event: simpy.Event) -> None:
+        self._arrive(part, group)
+
     def _arrive(self, part: FlowBatch, group: int) -> None:
         lengths = np.diff(part.links.indptr)
         trivial = (part.nbytes == 0) | (lengths == 0)

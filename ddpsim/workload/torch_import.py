@@ -106,7 +106,7 @@ def _guess_inputs(torch: Any, model: Any, batch_size: int, seq_len: int | None) 
 def _is_lazy(torch: Any, module: Any) -> bool:
     from torch.nn.modules.lazy import LazyModuleMixin
 
-    return isinstance(module, LazyModuleMixin) and bool(module.has_uninitialized_params())
+    return isinstance(module, LazyModuleMixin) and bool(module.has_uninitialized_params())  # type: ignore[misc]
 
 
 def _materialise_lazy(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str,
@@ -194,7 +194,7 @@ def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[i
     embedding = torch.ops.aten.embedding.default
 
     class _OpCounter(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             out = func(*args, **(kwargs or {}))
             if getattr(func, "is_view", False):
                 # Views launch no kernel and move no data; a view of a parameter (Linear's weight.t())
@@ -248,7 +248,7 @@ def _make_function_mode(torch: Any, trace: _Trace, elt: int) -> Any:
     sdpa = torch.nn.functional.scaled_dot_product_attention
 
     class _FusedOps(TorchFunctionMode):
-        def __torch_function__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        def __torch_function__(self, func, types, args=(), kwargs=None):
             if func is not sdpa or trace.fused or not trace.stack:
                 return func(*args, **(kwargs or {}))
             trace.fused += 1
