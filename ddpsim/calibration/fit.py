@@ -64,12 +64,12 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         )
     transport = nccl_transport_of_class(link_class)
     base, hops, efficiency = {}, {}, {}
+    widest = max(chosen, key=lambda p: fits[p].busbw_Bps)
     for protocol in PROTOCOL_NAMES:
-        fit = fits[protocol]
-        if protocol not in chosen:
-            # never the fastest on the measured sizes: keep it out of NCCL-like choice
-            base[protocol], hops[protocol], efficiency[protocol] = 1.0, 1.0, 1e-3
-            continue
+        # a protocol never the fastest on the measured sizes has no trustworthy fit of its own; NCCL's
+        # tuning may still pick it (forced algorithms, other sizes), so it is priced as the measured
+        # curve of the widest protocol rather than as an unconstrained extrapolation
+        fit = fits[protocol if protocol in chosen else widest]
         base[protocol], hops[protocol] = fit.base_s, fit.hop_s
         efficiency[protocol] = min(1.0, fit.busbw_Bps / reference_Bps)
     table = ProtocolTable(

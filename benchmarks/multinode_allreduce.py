@@ -1,0 +1,96 @@
+"""All-reduce across emulated nodes: fit the network on some shapes, predict the shapes it never saw.
+
+Run: ``.venv/bin/python benchmarks/multinode_allreduce.py [DATA_DIR]`` (default: the committed
+``validation/data/h200x4-multinode-2026-11-26``). For each split the intra-node class (NVLink) is
+fitted on the one-node sweeps (1x2, 1x4, forced Ring) and the network class ``net`` on the forced-Ring
+sweeps of the training shapes only; every sweep of a held-out shape (NCCL's default choice, forced
+Ring, forced Tree) is then predicted through the calibrated topology and collective model. The table
+reports the mean and max |error| below and above 1 MiB, and for the default sweeps how often ddpsim's
+``auto`` picks the algorithm and protocol NCCL logged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import replace
+from typing import Any
+
+from ddpsim.calibration.file import SCHEMA, apply_calibration, calibration_from_dict
+from ddpsim.calibration.fit import fit_links
+from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.collectives import CollectiveModel
+from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.topology import build_topology
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
+MIB = 1 << 20
+SPLITS = (
+    ("fit 4x1 + 2x1 (every hop on the network), predict 2x2", {"4x1", "2x1"}, {"2x2"}),
+    ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}),
+    ("fit 2x2 (forced Ring only), predict its default and Tree sweeps", {"2x2"}, {"2x2"}),
+    ("fit 4x1 (forced Ring only), predict its default and Tree sweeps", {"4x1"}, {"4x1"}),
+)
+
+
+def _shape(record: dict[str, Any]) -> str:
+    return f"{record['nodes']}x{record['gpus_per_node']}"
+
+
+def _samples(record: dict[str, Any], path: str) -> list[AllReduceSample]:
+    link_class = "net" if record["nodes"] > 1 else record["transport"]
+    return [
+        AllReduceSample(link_class, record["world_size"], record["nodes"], row["bytes"], row["time_us_median"] * 1e-6, path)
+        for row in record["rows"]
+    ]
+
+
+def _model(calibration: Any, record: dict[str, Any]) -> tuple[CollectiveModel, float]:
+    scenario = scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 1},
+        "cluster": {
+            "gpu": "H200", "nodes": record["nodes"], "gpus_per_node": record["gpus_per_node"],
+            "intra_node": {"type": "nvswitch"}, "inter_node": {"type": "fat-tree", "nics_per_node": 1},
+        },
+    })
+    calibrated = apply_calibration(replace(scenario, calibration=calibration))
+    net = calibration.link_fit("net", record["world_size"], record["nodes"])
+    return CollectiveModel(build_topology(calibrated.scenario.cluster), calibrated.protocol_table), net.call_floor_s
+
+
+def main(argv: list[str]) -> int:
+    data = argv[0] if argv else DEFAULT_DATA
+    path = os.path.join(data, "allreduce.jsonl")
+    with open(path, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle if line.strip()]
+    one_node = [s for r in records if r["nodes"] == 1 and r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
+    print(f"data: {data}\n")
+    print(f"{'split / held-out shape':58s} {'algorithm':9s} {'<1 MiB mean/max %':>18s} {'>=1 MiB mean/max %':>19s} {'auto = NCCL':>11s}")
+    for title, train, test in SPLITS:
+        fitted = [s for r in records if r["nodes"] > 1 and _shape(r) in train and r.get("algorithm_forced") == "ring"
+                  for s in _samples(r, path)]
+        calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, title)
+        print(title)
+        for record in records:
+            if _shape(record) not in test or (_shape(record) in train and record.get("algorithm_forced") == "ring"):
+                continue  # a fitted sweep is never reported as a prediction
+            model, floor_s = _model(calibration, record)
+            forced = record.get("algorithm_forced")
+            small, large, agree = [], [], 0
+            for row in record["rows"]:
+                algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
+                predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)
+                error = abs(predicted / (row["time_us_median"] * 1e-6) - 1) * 100
+                (large if row["bytes"] >= MIB else small).append(error)
+                agree += (algorithm, protocol) == (str(row.get("nccl_algo", "")).lower(), str(row.get("nccl_proto", "")).lower())
+            label = f"  {_shape(record)} ({record['launch_id']})"
+            share = f"{agree}/{len(record['rows'])}" if forced is None else "-"
+            print(f"{label:58s} {forced or 'default':9s} {sum(small) / len(small):8.1f} / {max(small):6.1f}"
+                  f" {sum(large) / len(large):9.1f} / {max(large):6.1f} {share:>11s}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
