@@ -249,10 +249,9 @@ def _cluster(r: _Reader) -> ClusterSpec:
     if topology is not None:
         plain["gpus_per_node"] = topology.gpus_per_node
         plain["nodes"] = len(topology.gpus) // topology.gpus_per_node
-    world = plain["nodes"] * plain["gpus_per_node"]
-    if world > MAX_WORLD_SIZE:
-        raise r.error("nodes", f"{plain['nodes']:,} nodes x {plain['gpus_per_node']:,} GPUs is {world:,} GPUs; "
-                               f"ddpsim simulates at most {MAX_WORLD_SIZE:,}")
+    problem = world_size_problem(plain["nodes"], plain["gpus_per_node"])
+    if problem:
+        raise r.error("nodes", problem)
     return ClusterSpec(
         **plain,
         intra_node=_intra(r.section(IntraNodeSpec, "intra_node")),
@@ -261,20 +260,36 @@ def _cluster(r: _Reader) -> ClusterSpec:
     )
 
 
-def _simulation(r: _Reader, world_size: int) -> SimulationSpec:
-    sim = SimulationSpec(**read_fields(SimulationSpec, r))
+def world_size_problem(nodes: int, gpus_per_node: int) -> str | None:
+    """Why a cluster is too large to simulate, or None (also used where --nodes changes the size)."""
+    world = nodes * gpus_per_node
+    if world > MAX_WORLD_SIZE:
+        return f"{nodes:,} nodes x {gpus_per_node:,} GPUs is {world:,} GPUs; ddpsim simulates at most {MAX_WORLD_SIZE:,}"
+    return None
+
+
+def simulation_problem(sim: SimulationSpec, world_size: int) -> tuple[str, str] | None:
+    """(field, why) when the simulation settings do not fit ``world_size`` ranks, or None."""
     if sim.straggler_rank is not None and sim.straggler_rank >= world_size:
-        raise r.error("straggler_rank", f"must be below the world size {world_size}, got {sim.straggler_rank}")
+        return "straggler_rank", f"must be below the world size {world_size}, got {sim.straggler_rank}"
     # the same rule as simulation.py: these settings make every rank its own process
     per_rank = sim.mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
     ranks = world_size if per_rank else 1
     if ranks > MAX_PER_RANK_GPUS:
         field = "mode" if sim.mode == "detailed" else "jitter_cv" if sim.jitter_cv > 0 else "straggler_rank"
-        raise r.error(field, f"simulates each of the {world_size:,} ranks on its own; at most "
-                             f"{MAX_PER_RANK_GPUS:,} can be (use mode: fast without jitter or a straggler)")
+        return field, (f"simulates each of the {world_size:,} ranks on its own; at most {MAX_PER_RANK_GPUS:,} "
+                       "can be (use mode: fast without jitter or a straggler)")
     if ranks * sim.iterations > MAX_RANK_STEPS:
-        raise r.error("iterations", f"{ranks:,} simulated ranks x {sim.iterations:,} iterations is more than "
-                                    f"{MAX_RANK_STEPS:,} rank-steps")
+        return "iterations", (f"{ranks:,} simulated ranks x {sim.iterations:,} iterations is more than "
+                              f"{MAX_RANK_STEPS:,} rank-steps")
+    return None
+
+
+def _simulation(r: _Reader, world_size: int) -> SimulationSpec:
+    sim = SimulationSpec(**read_fields(SimulationSpec, r))
+    problem = simulation_problem(sim, world_size)
+    if problem:
+        raise r.error(*problem)
     return sim
 
 
