@@ -266,3 +266,30 @@ def test_editing_the_factory_module_changes_the_point_hash(tmp_path, module, fil
     assert sweep.scenario_hash(load_scenario(path)) == first  # nothing changed: the point is reused
     source.write_text("def build():\n    return 2\n")
     assert sweep.scenario_hash(load_scenario(path)) != first
+
+
+def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    import io
+    import threading
+
+    def slow_fake(scenario):
+        time.sleep(0.3)
+        return fake_simulate(scenario)
+
+    monkeypatch.setattr(simulate_module, "simulate", slow_fake)
+    log = io.StringIO()
+    with distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:
+        def lose_one_worker() -> None:
+            time.sleep(0.5)
+            with distributed.Client(cluster.scheduler_address) as client:
+                workers = list(client.scheduler_info()["workers"])
+                client.retire_workers(workers[:1])
+
+        thread = threading.Thread(target=lose_one_worker)
+        thread.start()
+        outcome = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,2,3,4,5,6,7,8"], str(tmp_path / "out"),
+                                  dask_address=cluster.scheduler_address, progress=log)
+        thread.join()
+    assert "Dask lost 1 worker(s); 1 left" in log.getvalue()
+    assert outcome.computed == 8  # the other worker finished every point
