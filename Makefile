@@ -19,6 +19,10 @@ $(VENV)/.installed-test: pyproject.toml | $(BIN)/python
 
 demo: $(VENV)/.installed
 	$(BIN)/ddpsim run scenarios/quickstart.yaml --out reports/quickstart
+	@echo
+	@echo "ddpsim is installed in $(VENV). To run it by name in this shell:"
+	@echo "    source $(VENV)/bin/activate"
+	@echo "    ddpsim --version"
 
 test: $(VENV)/.installed-test
 	$(BIN)/ruff check .

@@ -74,6 +74,15 @@ class Result:
     simulated_ranks: int = 0  # ranks run on the engine after folding identical and dropping dominated ones
     # per simulated rank (and, up to 64 GPUs, every rank it stands for): ddpsim.ddp.fold
     rank_timelines: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False)
+    # The rest of rank 0's last step, so that forward + backward + comm_wait + copy_out + step_optimizer
+    # (+ accumulation) is its step: the wait after backward compute for the last all-reduces, the copy
+    # of the averaged gradients out of the buckets, the optimizer as that rank ran it (jitter included)
+    # and the no_sync micro-steps before the last one.
+    comm_wait_s: float = 0.0
+    copy_out_s: float = 0.0
+    step_optimizer_s: float = 0.0
+    accumulation_s: float = 0.0
+
 
     @property
     def overlap_fraction(self) -> float:

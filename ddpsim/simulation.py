@@ -325,6 +325,11 @@ def _result(
         for member in (members or {}).get(rank, (rank,)):
             timelines[member] = intervals  # folded ranks share their representative's timeline
     forward_s = last.forward_end_s - t0
+    # the rest of rank 0's step, so the summary's parts add up to it: the wait for the last all-reduces,
+    # the copy out of the buckets after them, and (with accumulation) the no_sync micro-steps before
+    step_parts = {label: sum(b - a for a, b, lbl in last.compute_intervals if lbl == label and a >= t0)
+                  for label in ("copy-out", "optimizer")}
+    accumulation_s = sum(b - a for a, b, label in last.compute_intervals if label == "no_sync micro-step")
     return Result(
         scenario=sc.source,
         model=workload.name,
@@ -357,4 +362,8 @@ def _result(
         warnings=warnings,
         wall_s=wall_s,
         rank_timelines=timelines,
+        comm_wait_s=last.backward_end_s - last.backward_compute_end_s,
+        copy_out_s=step_parts["copy-out"],
+        step_optimizer_s=step_parts["optimizer"],
+        accumulation_s=accumulation_s,
     )

@@ -6,6 +6,7 @@ The one place that decides decimal vs binary prefixes: "MB", "GB" are powers of 
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -25,11 +26,18 @@ def _split(text: str | float | int, kind: str) -> tuple[float, str]:
     if isinstance(text, bool):
         raise UnitError(f"expected a {kind} with a unit, got {text!r}")
     if isinstance(text, int | float):
-        return float(text), ""
+        return _finite(float(text), kind, text), ""
     match = _QUANTITY.match(str(text).replace("µ", "u"))
     if not match:
         raise UnitError(f"expected a {kind} like {_EXAMPLES[kind]}, got {text!r}")
-    return float(match.group(1)), match.group(2)
+    return _finite(float(match.group(1)), kind, text), match.group(2)
+
+
+def _finite(value: float, kind: str, original: object) -> float:
+    """NaN and infinity are never a quantity: YAML's .nan or an overflowing 1e400 would poison every sum."""
+    if not math.isfinite(value):
+        raise UnitError(f"expected a finite {kind}, got {original!r}")
+    return value
 
 
 _EXAMPLES = {
@@ -57,7 +65,7 @@ def parse_bandwidth_Bps(text: str | float | int) -> float:
         raise UnitError(f"expected a bandwidth like {_EXAMPLES['bandwidth']}, got {text!r}")
     scale = _prefix_scale(match.group(1) or "", "bandwidth", str(text))
     bits = match.group(2) == "b"
-    return value * scale / (8.0 if bits else 1.0)
+    return _finite(value * scale / (8.0 if bits else 1.0), "bandwidth", text)
 
 
 def parse_time_s(text: str | float | int) -> float:
@@ -67,7 +75,7 @@ def parse_time_s(text: str | float | int) -> float:
         return value
     if unit not in _TIME_S:
         raise UnitError(f"unknown time unit {unit!r} in {text!r}; expected one of {sorted(_TIME_S)}")
-    return value * _TIME_S[unit]
+    return _finite(value * _TIME_S[unit], "time", text)
 
 
 def parse_size_bytes(text: str | float | int) -> float:
@@ -78,7 +86,7 @@ def parse_size_bytes(text: str | float | int) -> float:
     match = re.fullmatch(r"([KkMGTP]i?)?B", unit)
     if not match:
         raise UnitError(f"expected a size like {_EXAMPLES['size']}, got {text!r}")
-    return value * _prefix_scale(match.group(1) or "", "size", str(text))
+    return _finite(value * _prefix_scale(match.group(1) or "", "size", str(text)), "size", text)
 
 
 def format_bytes(n_bytes: float) -> str:

@@ -9,6 +9,7 @@ import csv
 import json
 import os
 import textwrap
+import time
 
 import pytest
 
@@ -218,3 +219,77 @@ def test_two_spellings_of_one_scenario_are_one_point(scenario_file, tmp_path, ca
     outcome = sweep.run_sweep(scenario_file, ["cluster.inter_node.nic_bandwidth=400Gbps,50GB/s"], out, workers=1)
     assert len(calls) == 1 and outcome.computed == 1 and outcome.reused == 1
     assert len(read_csv(out)) == 2 and len(os.listdir(os.path.join(out, "points"))) == 1
+
+
+def test_failed_points_make_the_sweep_exit_1(scenario_file, tmp_path, calls, capsys):
+    argv = ["sweep", scenario_file, "--grid", "cluster.nodes=1,0", "--out", str(tmp_path / "out"), "--workers", "1"]
+    assert main(argv) == 1
+    assert "1 failed" in capsys.readouterr().out
+
+
+def test_dask_with_no_worker_left_fails_the_points_instead_of_waiting(scenario_file, tmp_path, calls, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    import io
+
+    monkeypatch.setattr(sweep, "DASK_NO_WORKERS_S", 2)
+    out = str(tmp_path / "out")
+    log = io.StringIO()
+    with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
+        with distributed.Client(cluster.scheduler_address) as client:
+            client.retire_workers()  # every worker gone, as after a crash of all of them
+        start = time.monotonic()
+        outcome = sweep.run_sweep(scenario_file, ["cluster.nodes=1,2"], out, dask_address=cluster.scheduler_address,
+                                  progress=log)
+        elapsed = time.monotonic() - start
+    assert elapsed < 60
+    assert outcome.failed == 2 and all("no Dask worker" in o.error for o in outcome.outcomes)
+    assert not calls
+
+
+def _torch_scenario(folder, module: str) -> str:
+    path = folder / "s.yaml"
+    path.write_text(f"workload: {{model: 'torch:{module}:build', batch_size: 2}}\ncluster: {{gpu: H100-SXM}}\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("module, file", [("my_net", "my_net.py"), ("pkg.nets", "pkg/nets.py")])
+def test_editing_the_factory_module_changes_the_point_hash(tmp_path, module, file):
+    from ddpsim.scenario import load_scenario
+
+    source = tmp_path / file
+    source.parent.mkdir(exist_ok=True)
+    if "/" in file:
+        (source.parent / "__init__.py").write_text("")
+    source.write_text("def build():\n    return 1\n")
+    path = _torch_scenario(tmp_path, module)
+    first = sweep.scenario_hash(load_scenario(path))
+    assert sweep.scenario_hash(load_scenario(path)) == first  # nothing changed: the point is reused
+    source.write_text("def build():\n    return 2\n")
+    assert sweep.scenario_hash(load_scenario(path)) != first
+
+
+def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_path, monkeypatch):
+    distributed = pytest.importorskip("distributed")
+    import io
+    import threading
+
+    def slow_fake(scenario):
+        time.sleep(0.3)
+        return fake_simulate(scenario)
+
+    monkeypatch.setattr(simulate_module, "simulate", slow_fake)
+    log = io.StringIO()
+    with distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:
+        def lose_one_worker() -> None:
+            time.sleep(0.5)
+            with distributed.Client(cluster.scheduler_address) as client:
+                workers = list(client.scheduler_info()["workers"])
+                client.retire_workers(workers[:1])
+
+        thread = threading.Thread(target=lose_one_worker)
+        thread.start()
+        outcome = sweep.run_sweep(scenario_file, ["ddp.bucket_cap_mb=1,2,3,4,5,6,7,8"], str(tmp_path / "out"),
+                                  dask_address=cluster.scheduler_address, progress=log)
+        thread.join()
+    assert "Dask lost 1 worker(s); 1 left" in log.getvalue()
+    assert outcome.computed == 8  # the other worker finished every point

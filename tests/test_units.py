@@ -31,3 +31,15 @@ def test_bad_bandwidth(bad):
 def test_bad_time(bad):
     with pytest.raises(UnitError):
         parse_time_s(bad)
+
+
+
+@pytest.mark.parametrize(
+    "parse, bad",
+    [(p, v) for p in (parse_bandwidth_Bps, parse_time_s, parse_size_bytes) for v in (float("nan"), float("inf"))]
+    + [(parse_bandwidth_Bps, "1e400GB/s"), (parse_time_s, "1e400us"), (parse_size_bytes, "1e400MB"),
+       (parse_bandwidth_Bps, "1e300PB/s")],
+)
+def test_non_finite_quantities_are_refused(parse, bad):
+    with pytest.raises(UnitError, match="expected a finite"):
+        parse(bad)

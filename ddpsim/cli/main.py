@@ -1,40 +1,143 @@
-"""The ``ddpsim`` command. Thin: each subcommand parses arguments and calls the library."""
+"""The ``ddpsim`` command. Thin: each subcommand parses arguments and calls the library.
+
+Exit codes (the README's "Exit codes" lists them): 0 ok; 1 the answer is "no" (predictions past
+tolerance, sweep points that failed); 2 bad input, one line naming the file and the field; 130
+interrupted (Ctrl-C or SIGTERM), one line, temporary files removed.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any, NoReturn
 
 from ddpsim.cli import plan, run, validate
 from ddpsim.errors import ScenarioError
 
+EXIT_OK = 0
+EXIT_FAILED = 1
 EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+STALE_STAGING_S = 600  # staging folders live seconds; one this old was left by a killed run
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (exit 2) like every other bad input."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"ddpsim: error: {self.prog.removeprefix('ddpsim ')}: {message} (see {self.prog} --help)",
+              file=sys.stderr)
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ddpsim")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from ddpsim import __version__
+
+        return __version__
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ddpsim", description="Predict PyTorch DDP step time on a cluster.")
+    parser = _Parser(prog="ddpsim", description="Predict PyTorch DDP step time on a cluster.")
+    parser.add_argument("--version", action="version", version=f"ddpsim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     for module in (run, plan, validate):
         module.register(sub)
     return parser
 
 
+def remove_stale_staging(folder: str) -> None:
+    """Delete ``.ddpsim-*`` staging files and folders in ``folder`` that a killed run left behind.
+
+    Only old ones: a fresh one may belong to another ddpsim writing next to us right now.
+    """
+    import shutil
+
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return
+    now = time.time()
+    for entry in entries:
+        if not entry.name.startswith(".ddpsim-"):
+            continue
+        try:
+            if now - entry.stat(follow_symlinks=False).st_mtime < STALE_STAGING_S:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.remove(entry.path)
+        except OSError:
+            continue  # gone already, or not ours to remove
+
+
+def _clean_around(out: str | None) -> None:
+    if not out:
+        return
+    parent = os.path.dirname(os.path.abspath(out)) or "."
+    for folder in (parent, out, os.path.join(out, "points")):
+        remove_stale_staging(folder)
+
+
+def _raise_interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """``kill`` (SIGTERM) unwinds like Ctrl-C, so ``finally`` blocks remove temporary files."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    except ValueError:  # not the main thread (main() called from a worker thread): leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version (0) and usage errors (2, already printed)
+        return int(exc.code or 0)
+    try:
+        with _sigterm_as_interrupt():
+            _clean_around(getattr(args, "out", None) if isinstance(getattr(args, "out", None), str) else None)
+            return int(args.handler(args) or 0)
     except ScenarioError as exc:
         print(f"ddpsim: error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt as exc:
+        # one line, whatever was printing: a progress bar on a terminal has no newline yet
+        lead = "\n" if sys.stderr.isatty() else ""
+        detail = f": {exc}" if str(exc) else ""
+        print(f"{lead}ddpsim: interrupted{detail}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        # `ddpsim ... | head`: the reader left; nothing to report (and stdout must not be flushed again)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # stdout is not a real file (captured in tests)
+            pass
+        return EXIT_OK
     except OSError as exc:
         # an output path that cannot be written (a file where a folder should be, no permission)
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"ddpsim: error: {where}{exc.strerror or exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except BrokenPipeError:
-        return 0
 
 
 if __name__ == "__main__":

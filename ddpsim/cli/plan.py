@@ -9,14 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_scenario_args
+from ddpsim.cli.args import add_scenario_args, finite_float
 from ddpsim.errors import ScenarioError
+from ddpsim.scenario.schema import DDPSpec, field_specs
 
-EXIT_INTERRUPTED = 130
+EXIT_POINTS_FAILED = 1
+# --candidates obeys the same bounds as the scenario's ddp.bucket_cap_mb
+_CAP = dict(field_specs(DDPSpec))["bucket_cap_mb"]
 
 
 def _int_list(text: str) -> list[int]:
@@ -34,9 +38,15 @@ def _cap_list(text: str) -> list[float | None]:
             values.append(None)
             continue
         try:
-            values.append(float(part))
+            value = float(part)
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected MiB numbers or 'default', got {part!r}") from None
+        assert _CAP.minimum is not None and _CAP.maximum is not None
+        if not math.isfinite(value) or not _CAP.minimum <= value <= _CAP.maximum:
+            raise argparse.ArgumentTypeError(
+                f"expected caps from {_CAP.minimum:g} to {_CAP.maximum:g} MiB (or 'default'), got {part!r}"
+            )
+        values.append(value)
     return values
 
 
@@ -63,7 +73,7 @@ def register(subparsers: Any) -> None:
     scale = subparsers.add_parser("scale", help="step time, efficiency and cost vs node count")
     add_scenario_args(scale)
     scale.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="e.g. 1,2,4,8,16")
-    scale.add_argument("--price-per-gpu-hour", type=float, metavar="PRICE", help="default: the scenario's")
+    scale.add_argument("--price-per-gpu-hour", type=finite_float, metavar="PRICE", help="default: the scenario's")
     scale.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     scale.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.md, scaling_efficiency.png")
     scale.set_defaults(handler=cmd_scale)
@@ -71,10 +81,10 @@ def register(subparsers: Any) -> None:
     var = subparsers.add_parser("variability", help="step-time percentiles under jitter, stragglers, bad links")
     add_scenario_args(var)
     var.add_argument("--iterations", type=int, required=True, metavar="K", help="steps to simulate")
-    var.add_argument("--jitter-cv", type=float, metavar="CV", help="per-rank compute-time coefficient of variation")
+    var.add_argument("--jitter-cv", type=finite_float, metavar="CV", help="per-rank compute-time coefficient of variation")
     var.add_argument("--straggler-rank", type=int, metavar="R")
-    var.add_argument("--straggler-slowdown", type=float, metavar="F", help="e.g. 1.2 = 20%% slower compute")
-    var.add_argument("--degraded-link-factor", type=float, metavar="F", help="fraction of bandwidth rank 0's link keeps")
+    var.add_argument("--straggler-slowdown", type=finite_float, metavar="F", help="e.g. 1.2 = 20%% slower compute")
+    var.add_argument("--degraded-link-factor", type=finite_float, metavar="F", help="fraction of bandwidth rank 0's link keeps")
     var.add_argument("--seed", type=int)
     var.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     var.add_argument("--out", metavar="DIR", help="write variability.json and step_time_histogram.png")
@@ -93,9 +103,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             args.scenario, args.grid, args.out, args.overrides, args.workers, args.dask, args.yes, sys.stderr
         )
     except KeyboardInterrupt:
-        print(f"\ninterrupted: finished points are in {args.out}/points; rerun the same command to resume",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        # cli.main prints it on one line and exits 130
+        raise KeyboardInterrupt(
+            f"finished points are in {os.path.join(args.out, 'points')}; rerun the same command to resume"
+        ) from None
     print(
         f"{len(outcome.outcomes)} points: {outcome.computed} simulated, {outcome.reused} reused, "
         f"{outcome.failed} failed"
@@ -105,7 +116,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             values = ", ".join(f"{k}={v}" for k, v in o.point.values.items())
             print(f"  {o.status}: {values}: {o.error}")
     print(f"wrote {os.path.join(args.out, 'sweep.csv')}, report.md, points/")
-    return 0
+    # a sweep with failed points is not an answer for every point: scripts must be able to tell
+    return EXIT_POINTS_FAILED if outcome.failed else 0
 
 
 def cmd_tune_buckets(args: argparse.Namespace) -> int:
@@ -114,8 +126,8 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
     from ddpsim.units import format_time
 
     scenario = load_scenario(args.scenario, args.overrides)
-    if args.candidates is not None and (not args.candidates or any(c is not None and c <= 0 for c in args.candidates)):
-        raise ScenarioError("expected positive caps in MiB (or 'default')", field="--candidates")
+    if args.candidates is not None and not args.candidates:
+        raise ScenarioError("expected positive caps in MiB (or 'default')", file=args.scenario, field="--candidates")
     rec = recommend_bucket_cap(scenario, args.candidates)
     if args.out:
         from ddpsim.outdir import atomic_dir
@@ -196,7 +208,7 @@ def cmd_variability(args: argparse.Namespace) -> int:
     from ddpsim.scenario import load_scenario
 
     if args.iterations < 1:
-        raise ScenarioError(f"must be at least 1, got {args.iterations}", field="--iterations")
+        raise ScenarioError(f"must be at least 1, got {args.iterations}", file=args.scenario, field="--iterations")
     extra = variability_overrides(
         args.iterations, args.jitter_cv, args.straggler_rank, args.straggler_slowdown,
         args.degraded_link_factor, args.seed,

@@ -329,18 +329,18 @@ def explain(default: Result, best: Result, cap: float | None) -> str:
 
 
 def plot_curve(recommendation: Recommendation, path: str) -> None:
-    """Step time and exposed communication vs cap (log x), the default as a flat reference."""
-    from ddpsim.report.plots import line_plot
+    """Step time relative to the default and exposed communication vs cap (log x); the recommended
+    cap marked, and the band within which caps count as tied."""
+    from ddpsim.report.plots import bucket_cap_png
 
-    caps = [p.bucket_cap_mb or 0.0 for p in recommendation.curve]
-    series = {
-        "simulated step time": [p.step_time_s * 1e3 for p in recommendation.curve],
-        "exposed communication": [p.exposed_comm_s * 1e3 for p in recommendation.curve],
-        "PyTorch default (25 MiB, first 1 MiB)": [recommendation.default_step_time_s * 1e3] * len(caps),
-    }
-    mark = recommendation.recommended_bucket_cap_mb
-    line_plot(
-        path, caps, series, "bucket_cap_mb (MiB)", "time per step (ms)",
+    curve = recommendation.curve
+    bucket_cap_png(
+        path,
+        [p.bucket_cap_mb or 0.0 for p in curve],
+        [p.step_time_s for p in curve],
+        [p.exposed_comm_s for p in curve],
+        recommendation.default_step_time_s,
+        recommendation.recommended_bucket_cap_mb,
         f"{recommendation.best.model} on {recommendation.best.world_size} x {recommendation.best.gpu}",
-        logx=True, mark_x=mark,
+        MIN_GAIN_REL,
     )

@@ -69,7 +69,12 @@ def at_nodes(scenario: Scenario, nodes: int) -> Scenario:
             file=scenario.source,
             field="cluster.topology",
         )
+    from ddpsim.scenario.load import simulation_problem, world_size_problem
+
     world = nodes * scenario.cluster.gpus_per_node
+    too_large = world_size_problem(nodes, scenario.cluster.gpus_per_node)
+    if too_large:
+        raise ScenarioError(too_large, file=scenario.source, field="--nodes")
     straggler = scenario.simulation.straggler_rank
     if straggler is not None and straggler >= world:
         raise ScenarioError(
@@ -77,6 +82,10 @@ def at_nodes(scenario: Scenario, nodes: int) -> Scenario:
             file=scenario.source,
             field="simulation.straggler_rank",
         )
+    problem = simulation_problem(scenario.simulation, world)
+    if problem:
+        raise ScenarioError(f"on {nodes:,} nodes: {problem[1]}", file=scenario.source,
+                            field=f"simulation.{problem[0]}")
     return dataclasses.replace(scenario, cluster=dataclasses.replace(scenario.cluster, nodes=nodes))
 
 
@@ -116,9 +125,10 @@ def scaling_study(
     price = price_per_gpu_hour if price_per_gpu_hour is not None else scenario.price_per_gpu_hour
     if price is not None and price < 0:
         raise ScenarioError(f"must not be negative, got {price}", file=scenario.source, field="--price-per-gpu-hour")
-    results = {n: simulate(at_nodes(scenario, n)) for n in counts}
+    scenarios = {n: at_nodes(scenario, n) for n in [*counts, 1]}  # every count checked before any runs
+    results = {n: simulate(scenarios[n]) for n in counts}
     if 1 not in results:
-        results[1] = simulate(at_nodes(scenario, 1))
+        results[1] = simulate(scenarios[1])
     base_result = results[1]
     per_gpu_base = base_result.samples_per_s / base_result.world_size
     points = [_point(n, results[n], per_gpu_base, price) for n in counts]

@@ -17,7 +17,9 @@ import itertools
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +45,11 @@ RESULT_COLUMNS = (
 )
 STATUS_OK, STATUS_ERROR, STATUS_INVALID = "ok", "error", "invalid"
 DASK_CONNECT_TIMEOUT_S = 5
+DASK_NO_WORKERS_S = 30  # with no worker this long, the remaining points fail (reported well within 60 s)
+DASK_POLL_S = 1.0
 # Bump when the per-point JSON or the simulator changes meaning, so old points are not reused.
-POINT_FORMAT = 1
+# 2: torch model sources in the key; results carry the copy-out and wait parts of the step.
+POINT_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -158,6 +163,27 @@ def _file_digest(path: str | None, base_dir: str) -> str | None:
         return None  # the point will fail on its own with a clear message
 
 
+def module_source_path(module_name: str, base_dir: str) -> str | None:
+    """The file ``import module_name`` would load, found the way resolve.py imports it (the scenario's
+    folder first, then sys.path) without importing anything: a sweep must not run user code to name
+    a point."""
+    parts = module_name.strip().split(".")
+    if not all(part.isidentifier() for part in parts):
+        return None
+    for folder in [os.path.abspath(base_dir), *sys.path]:
+        for candidate in (os.path.join(folder, *parts) + ".py", os.path.join(folder, *parts, "__init__.py")):
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+def _torch_source_digest(model: str, base_dir: str) -> str | None:
+    """``torch:package.module:factory``: the content of the module's file, so editing it re-simulates."""
+    module_name = model.split(":", 2)[1] if model.count(":") >= 2 else ""
+    path = module_source_path(module_name, base_dir) if module_name else None
+    return _file_digest(path, base_dir) if path else None
+
+
 def scenario_hash(scenario: Scenario) -> str:
     """A stable name for the resolved scenario: validated values, not how they were spelled."""
     resolved = dataclasses.asdict(scenario)
@@ -167,6 +193,7 @@ def scenario_hash(scenario: Scenario) -> str:
     inputs = {
         "calibration": scenario.calibration.digest if scenario.calibration is not None else None,
         "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
+        "torch_source": _torch_source_digest(model, scenario.base_dir) if model.startswith("torch:") else None,
     }
     text = json.dumps({"format": POINT_FORMAT, "scenario": resolved, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
@@ -285,10 +312,43 @@ def _run_inline(points: list[SweepPoint], file: str, base_dir: str, done: Callab
         done(point, run_point(_task(point, file, base_dir)))
 
 
+def _die_with_parent() -> None:
+    """Worker initializer: a worker never outlives the sweep that started it, and leaves Ctrl-C to it.
+
+    Linux's parent-death signal covers ``kill -9`` of the sweep; the watchdog thread covers systems
+    without it. SIGINT is ignored because the sweep itself stops the workers (a terminal sends Ctrl-C
+    to the whole process group, and a worker's KeyboardInterrupt would only print a traceback).
+    """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # the CLI turns SIGTERM into KeyboardInterrupt, and a forked worker inherits that: undo it, so a
+    # worker told to stop stops at once instead of unwinding a simulation
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    def watchdog() -> None:
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watchdog, name="ddpsim-parent-watchdog", daemon=True).start()
+
+
 def _run_processes(points: list[SweepPoint], file: str, base_dir: str, workers: int, done: Callable[..., None]) -> None:
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    pool = ProcessPoolExecutor(max_workers=workers)
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent)
     try:
         futures = {pool.submit(run_point, _task(p, file, base_dir)): p for p in points}
         for future in as_completed(futures):
@@ -298,8 +358,14 @@ def _run_processes(points: list[SweepPoint], file: str, base_dir: str, workers: 
                 raw = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
             done(futures[future], raw)
     except BaseException:
-        # Ctrl-C: drop queued points now; finished ones are already saved for the resume
+        # Ctrl-C: stop now. Finished points are saved for the resume; a point in progress is lost, and
+        # waiting for it (shutdown's default) could take as long as one simulation.
         pool.shutdown(wait=False, cancel_futures=True)
+        workers_started = [p for p in multiprocessing.active_children() if p not in before]
+        for process in workers_started:
+            process.kill()  # a worker holds nothing to clean up: its point is saved by us, or not at all
+        for process in workers_started:
+            process.join(timeout=1.0)
         raise
     pool.shutdown()
 
@@ -323,22 +389,81 @@ def connect_dask(address: str) -> Any:
         ) from None
 
 
-def _run_dask(points: list[SweepPoint], file: str, base_dir: str, client: Any, done: Callable[..., None]) -> None:
-    from distributed import as_completed
+def _dask_worker_count(client: Any) -> int | None:
+    try:
+        return len(client.scheduler_info().get("workers", {}))
+    except Exception:  # noqa: BLE001 - the scheduler itself is gone: the futures will say so
+        return None
 
+
+def _run_dask(
+    points: list[SweepPoint],
+    file: str,
+    base_dir: str,
+    client: Any,
+    done: Callable[..., None],
+    warn: TextIO | None = None,
+    no_workers_s: float = DASK_NO_WORKERS_S,
+) -> None:
+    """Run the points on Dask. Dask itself waits forever for workers to come back; a sweep instead
+    reports each lost worker at once and fails the remaining points after ``no_workers_s`` with none."""
+    from distributed import wait
+
+    stream = warn if warn is not None else sys.stderr
     # pure=False: two points never share a Dask key, even if the scheduler has seen the data before
     futures = client.map(run_point, [_task(p, file, base_dir) for p in points], pure=False)
     by_key = {f.key: p for f, p in zip(futures, points, strict=True)}
+    pending = set(futures)
+    known_workers = _dask_worker_count(client) or 0
+    no_workers_since: float | None = None
     try:
-        for future in as_completed(futures):
+        while pending:
             try:
-                raw = future.result()
-            except Exception as exc:  # noqa: BLE001 - a lost worker fails only its own points
-                raw = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
-            done(by_key[future.key], raw)
+                finished = wait(list(pending), timeout=DASK_POLL_S, return_when="FIRST_COMPLETED").done
+            except TimeoutError:  # nothing finished in this poll: Dask's wait raises rather than returns
+                finished = {f for f in pending if f.done()}
+            for future in finished:
+                pending.discard(future)
+                try:
+                    raw = future.result()
+                except Exception as exc:  # noqa: BLE001 - a lost worker fails only its own points
+                    raw = {"status": STATUS_ERROR, "error": f"{type(exc).__name__}: {exc}"}
+                done(by_key[future.key], raw)
+            count = _dask_worker_count(client)
+            if count is not None and count < known_workers:
+                stream.write(f"warning: Dask lost {known_workers - count} worker(s); {count} left\n")
+                stream.flush()
+            if count is not None:
+                known_workers = count
+            if not pending or count is None or count > 0:
+                no_workers_since = None
+                continue
+            no_workers_since = no_workers_since or time.monotonic()
+            if time.monotonic() - no_workers_since >= no_workers_s:
+                message = f"no Dask worker for {no_workers_s:.0f} s; the point was not simulated"
+                for future in list(pending):
+                    done(by_key[future.key], {"status": STATUS_ERROR, "error": message})
+                client.cancel(list(pending))
+                pending.clear()
     except BaseException:
         client.cancel(futures)
         raise
+
+
+def _check_names(scenario: Scenario) -> None:
+    """A GPU or zoo model that does not exist is a mistake of the whole sweep (exit 2), not one failed
+    point per grid value: look both up once, cheaply, before anything runs (torch models and profiles
+    are read by the points themselves)."""
+    from ddpsim.hardware.catalog import get_gpu
+    from ddpsim.workload.resolve import PROFILE_PREFIX, TORCH_PREFIX
+    from ddpsim.workload.zoo import resolve_zoo_name
+
+    try:
+        get_gpu(scenario.cluster.gpu)
+        if not scenario.workload.model.startswith((TORCH_PREFIX, PROFILE_PREFIX)):
+            resolve_zoo_name(scenario.workload.model)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.detail, file=exc.file or scenario.source, field=exc.field) from None
 
 
 def prepare_sweep(
@@ -348,7 +473,7 @@ def prepare_sweep(
     axes = parse_grid(grid_specs, scenario_path)
     base = apply_overrides(read_scenario_dict(scenario_path), overrides, scenario_path)
     base_dir = os.path.dirname(os.path.abspath(scenario_path))
-    scenario_from_dict(base, file=scenario_path, base_dir=base_dir)  # the base itself must be valid
+    _check_names(scenario_from_dict(base, file=scenario_path, base_dir=base_dir))  # the base must be valid
     count = point_count(axes)
     if count > MAX_POINTS_WITHOUT_CONFIRMATION and not yes:
         raise ScenarioError(
@@ -423,7 +548,7 @@ def _execute(
 
     n_workers = max(1, min(workers or os.cpu_count() or 1, len(todo) or 1))
     if client is not None and todo:
-        _run_dask(todo, file, base_dir, client, done)
+        _run_dask(todo, file, base_dir, client, done, progress_stream)
     elif n_workers == 1 or len(todo) <= 1:
         _run_inline(todo, file, base_dir, done)  # no pool start-up for one point or one worker
     else:

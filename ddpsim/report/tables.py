@@ -30,6 +30,25 @@ def _justify(cell: str, width: int, column: int) -> str:
     return cell.rjust(width) if numeric else cell.ljust(width)
 
 
+def step_parts(result: Result) -> list[tuple[str, float]]:
+    """Where rank 0's last step went, in order, adding up to the step time: with the difference to
+    ``step_time_s`` (a slower rank, jitter, the median of several steps) as a last part if there is one."""
+    parts = [
+        ("no_sync micro-steps", result.accumulation_s),
+        ("forward", result.forward_s),
+        ("backward (compute + copies)", result.backward_s),
+        ("wait for the last all-reduces", result.comm_wait_s),
+        ("copy out of buckets", result.copy_out_s),
+        ("optimizer", result.step_optimizer_s),
+    ]
+    parts = [(name, value) for name, value in parts if value > 0 or name in ("forward", "optimizer")]
+    rest = result.step_time_s - sum(value for _name, value in parts)
+    # below 1e-6 of the step the difference is float rounding, not a slower rank
+    if abs(rest) > 1e-6 * max(result.step_time_s, 1e-30):
+        parts.append(("other ranks, jitter, median of steps", rest))
+    return parts
+
+
 def summary_rows(result: Result) -> list[tuple[str, str]]:
     cap = "default (25 MiB, first 1 MiB)" if result.bucket_cap_mb is None else f"{result.bucket_cap_mb:g} MiB"
     rows = [
@@ -39,9 +58,7 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
         ("bucket_cap_mb", cap),
         ("buckets", str(len(result.buckets))),
         ("step time", format_time(result.step_time_s)),
-        ("  forward", format_time(result.forward_s)),
-        ("  backward (compute + copies)", format_time(result.backward_s)),
-        ("  optimizer", format_time(result.optimizer_s)),
+        *((f"  {name}", format_time(value)) for name, value in step_parts(result)),
         ("communication (all buckets)", format_time(result.comm_time_s)),
         ("  exposed (not hidden by compute)", format_time(result.exposed_comm_s)),
         ("  overlap", f"{100 * result.overlap_fraction:.0f}%"),

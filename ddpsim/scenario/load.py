@@ -1,27 +1,37 @@
-"""Scenario YAML -> validated ``Scenario``. Every error names the file and the field."""
+"""Scenario YAML -> validated ``Scenario``. Every error names the file and the field.
+
+Sections are read generically from the FieldSpecs in ``schema.py`` (key, kind, default, bounds);
+what stays explicit here is what one field cannot say alone: intra-node defaults by link type,
+``bucket_cap_mb``'s "default"/MiB rules, the custom topology, and checks across fields (the
+straggler below the world size, the cluster size limits).
+"""
 
 from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
 
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import (
-    ALGORITHMS,
-    COMM_HOOKS,
-    INTER_NODE_TYPES,
-    MODES,
-    PRECISIONS,
-    PROTOCOLS,
+    FREE_TEXT_KEYS,
+    INTRA_DEFAULTS,
+    MAX_CUSTOM_GPUS,
+    MAX_CUSTOM_LINKS,
+    MAX_PER_RANK_GPUS,
+    MAX_RANK_STEPS,
+    MAX_WORLD_SIZE,
+    MIB,
     ClusterSpec,
     CollectiveSpec,
     CustomTopologySpec,
     DDPSpec,
+    FieldSpec,
     InterNodeSpec,
     IntraNodeSpec,
     OverheadSpec,
@@ -29,60 +39,20 @@ from ddpsim.scenario.schema import (
     SimulationSpec,
     TopologyLink,
     WorkloadSpec,
+    field_specs,
 )
-from ddpsim.topology.link_kinds import INTRA_NODE_TYPES
 from ddpsim.units import UnitError, parse_bandwidth_Bps, parse_size_bytes, parse_time_s
 
-_SECTIONS = {
-    "workload": {"model", "batch_size", "precision", "seq_len", "compute_efficiency"},
-    "cluster": {"gpu", "nodes", "gpus_per_node", "intra_node", "inter_node", "topology"},
-    "ddp": {
-        "bucket_cap_mb",
-        "gradient_as_bucket_view",
-        "find_unused_parameters",
-        "static_graph",
-        "comm_hook",
-        "grad_accumulation_steps",
-        "broadcast_buffers",
-    },
-    "collective": {"algorithm", "protocol"},
-    "overheads": {
-        "bucket_launch",
-        "copy_bandwidth",
-        "compute_slowdown",
-        "comm_slowdown",
-        "max_inflight_buckets",
-        "buffer_sync",
-        "bucket_cpu",
-        "allreduce_stretch",
-    },
-    "simulation": {
-        "mode",
-        "seed",
-        "iterations",
-        "jitter_cv",
-        "straggler_rank",
-        "straggler_slowdown",
-        "degraded_link_factor",
-    },
-    "calibration": None,
-    "price_per_gpu_hour": None,
-    "name": None,
-    "description": None,
-}
-_INTRA_KEYS = {"type", "bandwidth", "latency"}
-_INTER_KEYS = {"type", "nic_bandwidth", "latency", "oversubscription", "nics_per_node"}
-_TOPOLOGY_KEYS = {"gpus", "links", "gpus_per_node"}
-_LINK_KEYS = {"a", "b", "bandwidth", "latency"}
+_QUANTITY_PARSERS = {"bandwidth": parse_bandwidth_Bps, "time": parse_time_s}
+_NOT_GIVEN: Any = object()
 
-# Sensible defaults per link type, so a scenario may write just `intra_node: {type: nvswitch}`.
-_INTRA_DEFAULTS = {
-    "nvswitch": ("450GB/s", "3us"),
-    "nvlink-ring": ("150GB/s", "3us"),
-    "pcie": ("32GB/s", "5us"),
-    "shm": ("28GB/s", "8us"),
-    "socket": ("4GB/s", "30us"),
-}
+
+def _keys(cls: type) -> set[str]:
+    return {fs.key for _name, fs in field_specs(cls)}
+
+
+def _section_keys() -> set[str]:
+    return {fs.key for _name, fs in field_specs(Scenario) if fs.kind == "section"}
 
 
 class _Reader:
@@ -92,7 +62,7 @@ class _Reader:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ScenarioError(f"expected a mapping, got {type(data).__name__}", file=file, field=path)
+            raise ScenarioError(f"expected a mapping, got {type(data).__name__}", file=file, field=path or None)
         allowed = set(allowed)
         for key in data:
             if key not in allowed:
@@ -111,237 +81,227 @@ class _Reader:
     def has(self, key: str) -> bool:
         return self.data.get(key) is not None
 
-    def raw(self, key: str, default: Any = None, required: bool = False) -> Any:
-        if key not in self.data or self.data[key] is None:
-            if required:
+    def section(self, cls: type, key: str) -> _Reader:
+        return _Reader(self.data.get(key), self._join(self.path, key), self.file, _keys(cls))
+
+    def value(self, fs: FieldSpec, default: Any = _NOT_GIVEN) -> Any:
+        """The field's value in SI units, checked against its kind and bounds; its default if absent."""
+        key = fs.key
+        fallback = fs.si_default() if default is _NOT_GIVEN else default
+        if key not in self.data:
+            if fs.required:
                 raise self.error(key, "missing required field")
-            return default
-        return self.data[key]
-
-    def integer(self, key: str, default: int | None = None, minimum: int | None = None, required: bool = False) -> Any:
-        value = self.raw(key, default, required)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.error(key, f"expected an integer, got {value!r}")
-        if minimum is not None and value < minimum:
-            raise self.error(key, f"must be at least {minimum}, got {value}")
-        return value
-
-    def number(self, key: str, default: float | None = None, positive: bool = False, required: bool = False) -> Any:
-        value = self.raw(key, default, required)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise self.error(key, f"expected a number, got {value!r}")
-        if positive and value <= 0:
-            raise self.error(key, f"must be positive, got {value}")
-        if value < 0:
-            raise self.error(key, f"must not be negative, got {value}")
-        return float(value)
-
-    def boolean(self, key: str, default: bool) -> bool:
-        value = self.raw(key, default)
-        if not isinstance(value, bool):
-            raise self.error(key, f"expected true or false, got {value!r}")
-        return value
-
-    def choice(self, key: str, choices: Iterable[str], default: str | None = None) -> str:
-        choices = tuple(choices)
-        value = self.raw(key, default, required=default is None)
-        value = str(value).lower() if not isinstance(value, str) else value
-        if value not in choices:
-            near = difflib.get_close_matches(value, choices, n=1)
-            hint = f" (did you mean '{near[0]}'?)" if near else ""
-            raise self.error(key, f"expected one of {', '.join(choices)}, got {value!r}{hint}")
-        return value
-
-    def quantity(self, key: str, parse: Callable[[Any], float], default: Any = None, positive: bool = True) -> Any:
-        value = self.raw(key, default, required=default is None)
-        try:
-            parsed = parse(value)
-        except UnitError as exc:
-            raise self.error(key, str(exc)) from None
-        if positive and parsed <= 0:
-            raise self.error(key, f"must be positive, got {value!r}")
-        if parsed < 0:
-            raise self.error(key, f"must not be negative, got {value!r}")
+            return fallback
+        raw = self.data[key]
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            if fs.required:
+                raise self.error(key, "missing required field (the value is empty)")
+            if raw is None and fallback is None:
+                return None  # `straggler_rank: null` is how YAML says "not set"
+            # an empty value is a typo more often than a wish for the default: say so
+            return self._fail(key, "empty value; omit the field to get its default")
+        parsed = self._parse(fs, raw)
+        if isinstance(parsed, float | int) and not isinstance(parsed, bool):
+            self._check_bounds(fs, parsed, raw)
         return parsed
 
-    def section(self, key: str, allowed: Iterable[str]) -> _Reader:
-        return _Reader(self.data.get(key), self._join(self.path, key), self.file, allowed)
+    def _fail(self, key: str, message: str) -> Any:
+        raise self.error(key, message)
+
+    def _parse(self, fs: FieldSpec, raw: Any) -> Any:
+        key = fs.key
+        if fs.kind in ("text", "path"):
+            if not isinstance(raw, str):
+                return self._fail(key, f"expected {'a file path' if fs.kind == 'path' else 'text'} ({fs.doc}), "
+                                       f"got {raw!r}")
+            return raw.strip()
+        if fs.kind == "int":
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                return self._fail(key, f"expected an integer, got {raw!r}")
+            return raw
+        if fs.kind == "number":
+            if isinstance(raw, bool) or not isinstance(raw, int | float):
+                return self._fail(key, f"expected a number, got {raw!r}")
+            if not math.isfinite(raw):
+                return self._fail(key, f"expected a finite number, got {raw!r}")
+            return float(raw)
+        if fs.kind == "bool":
+            if not isinstance(raw, bool):
+                return self._fail(key, f"expected true or false, got {raw!r}")
+            return raw
+        if fs.kind == "choice":
+            value = raw if isinstance(raw, str) else str(raw).lower()
+            if value not in fs.choices:
+                near = difflib.get_close_matches(value, fs.choices, n=1)
+                hint = f" (did you mean '{near[0]}'?)" if near else ""
+                return self._fail(key, f"expected one of {', '.join(fs.choices)}, got {value!r}{hint}")
+            return value
+        if fs.kind in _QUANTITY_PARSERS:
+            try:
+                return _QUANTITY_PARSERS[fs.kind](raw)
+            except UnitError as exc:
+                return self._fail(key, str(exc))
+        if fs.kind == "mib":
+            return self._mib(key, raw)
+        raise AssertionError(f"no reader for kind {fs.kind!r}")  # a schema bug, not a user error
+
+    def _mib(self, key: str, raw: Any) -> float | None:
+        """bucket_cap_mb: "default" (PyTorch's), a plain number of MiB as in PyTorch, or a size."""
+        if raw == "default":
+            return None
+        if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+            return self._fail(key, f"expected MiB or a size like '25MB', got {raw!r}")
+        if isinstance(raw, str):
+            try:
+                return float(raw)  # "5" means 5 MiB, as a bare 5 does (and "nan" fails as not finite)
+            except ValueError:
+                pass
+            try:
+                return parse_size_bytes(raw) / MIB
+            except UnitError as exc:
+                return self._fail(key, f"{exc} (a plain number means MiB, as in PyTorch)")
+        return float(raw)
+
+    def _check_bounds(self, fs: FieldSpec, value: float, raw: Any) -> None:
+        shown = raw if fs.kind in ("int", "number") else repr(raw)
+        if not math.isfinite(value):
+            self._fail(fs.key, f"expected a finite value, got {shown}")
+        if fs.above is not None and value <= fs.above:
+            rule = "must be positive" if fs.above == 0 else f"must be above {_fmt(fs.above)}"
+            self._fail(fs.key, f"{fs.low_rule or rule}, got {shown}")
+        if fs.minimum is not None and value < fs.minimum:
+            if fs.low_rule:
+                rule = fs.low_rule
+            elif fs.minimum == 0:
+                rule = "must not be negative"
+            elif value <= 0 and fs.kind in _QUANTITY_PARSERS:
+                rule = "must be positive"
+            else:
+                rule = f"must be at least {_fmt(fs.minimum)}"
+            self._fail(fs.key, f"{rule}, got {shown}")
+        if fs.maximum is not None and value > fs.maximum:
+            self._fail(fs.key, f"{fs.high_rule or f'must be at most {_fmt(fs.maximum)}'}, got {shown}")
 
 
-def _workload(r: _Reader) -> WorkloadSpec:
-    model = r.raw("model", required=True)
-    if not isinstance(model, str) or not model.strip():
-        raise r.error("model", f"expected a model name, 'torch:module:factory' or 'profile:file.json', got {model!r}")
-    efficiency = r.number("compute_efficiency", positive=True)
-    if efficiency is not None and efficiency > 1:
-        raise r.error("compute_efficiency", f"is a fraction of peak and must be at most 1, got {efficiency}")
-    return WorkloadSpec(
-        model=model.strip(),
-        batch_size=r.integer("batch_size", required=True, minimum=1),
-        precision=r.choice("precision", PRECISIONS, "fp32"),
-        seq_len=r.integer("seq_len", minimum=1),
-        compute_efficiency=efficiency,
-    )
+def _fmt(value: float) -> str:
+    """A bound as people write it: 1,048,576 rather than 1.04858e+06."""
+    if float(value).is_integer() and abs(value) < 1e16:
+        return f"{int(value):,}"
+    return f"{value:g}"
+
+
+def read_fields(cls: type, r: _Reader, defaults: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Every plain field of ``cls`` read from ``r`` (sections and lists are the caller's)."""
+    defaults = defaults or {}
+    values = {}
+    for name, fs in field_specs(cls):
+        if fs.kind in ("section", "list"):
+            continue
+        values[name] = r.value(fs, defaults.get(name, _NOT_GIVEN))
+    return values
+
+
+def _spec(cls: type, name: str) -> FieldSpec:
+    return dict(field_specs(cls))[name]
 
 
 def _intra(r: _Reader) -> IntraNodeSpec:
-    kind = r.choice("type", INTRA_NODE_TYPES, "nvswitch")
-    bandwidth, latency = _INTRA_DEFAULTS[kind]
-    return IntraNodeSpec(
-        type=kind,
-        bandwidth_Bps=r.quantity("bandwidth", parse_bandwidth_Bps, bandwidth),
-        latency_s=r.quantity("latency", parse_time_s, latency, positive=False),
-    )
-
-
-def _inter(r: _Reader) -> InterNodeSpec:
-    kind = r.choice("type", INTER_NODE_TYPES, "rail-fat-tree")
-    oversubscription = r.number("oversubscription", 1.0, positive=True)
-    if oversubscription < 1:
-        raise r.error("oversubscription", f"is a ratio >= 1 (1 = non-blocking), got {oversubscription}")
-    return InterNodeSpec(
-        type=kind,
-        nic_bandwidth_Bps=r.quantity("nic_bandwidth", parse_bandwidth_Bps, "400Gbps"),
-        latency_s=r.quantity("latency", parse_time_s, "5us", positive=False),
-        oversubscription=oversubscription,
-        nics_per_node=r.integer("nics_per_node", minimum=1),
-    )
+    kind = r.value(_spec(IntraNodeSpec, "type"))
+    bandwidth, latency = INTRA_DEFAULTS[kind]
+    defaults = {"bandwidth_Bps": parse_bandwidth_Bps(bandwidth), "latency_s": parse_time_s(latency)}
+    return IntraNodeSpec(**read_fields(IntraNodeSpec, r, defaults))
 
 
 def _topology(r: _Reader) -> CustomTopologySpec:
-    gpus = r.raw("gpus", required=True)
-    if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) for g in gpus):
-        raise r.error("gpus", "expected a non-empty list of vertex names in rank order")
+    gpus_spec, links_spec = _spec(CustomTopologySpec, "gpus"), _spec(CustomTopologySpec, "links")
+    gpus = r.data.get("gpus")
+    if gpus is None:
+        raise r.error("gpus", "missing required field")
+    if not isinstance(gpus, list) or not gpus or not all(isinstance(g, str) and g.strip() for g in gpus):
+        raise r.error("gpus", f"expected a non-empty list of {gpus_spec.doc}")
+    if len(gpus) > MAX_CUSTOM_GPUS:
+        raise r.error("gpus", f"lists {len(gpus)} GPUs; a custom graph may have at most {MAX_CUSTOM_GPUS}")
     if len(set(gpus)) != len(gpus):
         raise r.error("gpus", "lists a GPU twice")
-    links_raw = r.raw("links", required=True)
+    links_raw = r.data.get("links")
+    if links_raw is None:
+        raise r.error("links", "missing required field")
     if not isinstance(links_raw, list) or not links_raw:
-        raise r.error("links", "expected a non-empty list of {a, b, bandwidth, latency}")
+        raise r.error("links", f"expected a non-empty list of {links_spec.doc.split(': ', 1)[1]}")
+    if len(links_raw) > MAX_CUSTOM_LINKS:
+        raise r.error("links", f"lists {len(links_raw)} links; a custom graph may have at most {MAX_CUSTOM_LINKS}")
     links = []
     for i, item in enumerate(links_raw):
-        link = _Reader(item, f"{r.path}.links[{i}]", r.file, _LINK_KEYS)
-        a, b = link.raw("a", required=True), link.raw("b", required=True)
-        if a == b:
-            raise link.error("b", f"a link must join two different vertices, got {a!r} twice")
-        links.append(
-            TopologyLink(
-                a=str(a),
-                b=str(b),
-                bandwidth_Bps=link.quantity("bandwidth", parse_bandwidth_Bps),
-                latency_s=link.quantity("latency", parse_time_s, "1us", positive=False),
-            )
-        )
-    per_node = r.integer("gpus_per_node", len(gpus), minimum=1)
+        link_reader = _Reader(item, f"{r.path}.links[{i}]", r.file, _keys(TopologyLink))
+        link = TopologyLink(**read_fields(TopologyLink, link_reader))
+        if link.a == link.b:
+            raise link_reader.error("b", f"a link must join two different vertices, got {link.a!r} twice")
+        links.append(link)
+    per_node = r.value(_spec(CustomTopologySpec, "gpus_per_node"), len(gpus))
     if len(gpus) % per_node:
         raise r.error("gpus_per_node", f"{len(gpus)} GPUs do not split into nodes of {per_node}")
     return CustomTopologySpec(gpus=tuple(gpus), links=tuple(links), gpus_per_node=per_node)
 
 
 def _cluster(r: _Reader) -> ClusterSpec:
-    topology = _topology(r.section("topology", _TOPOLOGY_KEYS)) if r.has("topology") else None
+    topology = _topology(r.section(CustomTopologySpec, "topology")) if r.has("topology") else None
+    plain = read_fields(ClusterSpec, r)
     if topology is not None:
-        gpus_per_node = topology.gpus_per_node
-        nodes = len(topology.gpus) // gpus_per_node
-    else:
-        nodes = r.integer("nodes", 1, minimum=1)
-        gpus_per_node = r.integer("gpus_per_node", 8, minimum=1)
+        plain["gpus_per_node"] = topology.gpus_per_node
+        plain["nodes"] = len(topology.gpus) // topology.gpus_per_node
+    problem = world_size_problem(plain["nodes"], plain["gpus_per_node"])
+    if problem:
+        raise r.error("nodes", problem)
     return ClusterSpec(
-        gpu=str(r.raw("gpu", required=True)),
-        nodes=nodes,
-        gpus_per_node=gpus_per_node,
-        intra_node=_intra(r.section("intra_node", _INTRA_KEYS)),
-        inter_node=_inter(r.section("inter_node", _INTER_KEYS)),
+        **plain,
+        intra_node=_intra(r.section(IntraNodeSpec, "intra_node")),
+        inter_node=InterNodeSpec(**read_fields(InterNodeSpec, r.section(InterNodeSpec, "inter_node"))),
         topology=topology,
     )
 
 
-def _ddp(r: _Reader) -> DDPSpec:
-    cap = r.raw("bucket_cap_mb")
-    if cap == "default":
-        cap = None
-    if cap is not None:
-        if isinstance(cap, str) and _is_plain_number(cap):
-            cap = float(cap)  # "5" means 5 MiB, as a bare 5 does
-        elif isinstance(cap, str):
-            try:
-                cap = parse_size_bytes(cap) / (1024 * 1024)
-            except UnitError as exc:
-                raise r.error("bucket_cap_mb", f"{exc} (a plain number means MiB, as in PyTorch)") from None
-        cap = r.number("bucket_cap_mb", positive=True) if not isinstance(cap, float) else cap
-        if cap <= 0:
-            raise r.error("bucket_cap_mb", f"must be positive, got {cap}")
-    return DDPSpec(
-        bucket_cap_mb=cap,
-        gradient_as_bucket_view=r.boolean("gradient_as_bucket_view", False),
-        find_unused_parameters=r.boolean("find_unused_parameters", False),
-        static_graph=r.boolean("static_graph", False),
-        comm_hook=r.choice("comm_hook", COMM_HOOKS, "none"),
-        grad_accumulation_steps=r.integer("grad_accumulation_steps", 1, minimum=1),
-        broadcast_buffers=r.boolean("broadcast_buffers", True),
-    )
+def world_size_problem(nodes: int, gpus_per_node: int) -> str | None:
+    """Why a cluster is too large to simulate, or None (also used where --nodes changes the size)."""
+    world = nodes * gpus_per_node
+    if world > MAX_WORLD_SIZE:
+        return f"{nodes:,} nodes x {gpus_per_node:,} GPUs is {world:,} GPUs; ddpsim simulates at most {MAX_WORLD_SIZE:,}"
+    return None
 
 
-def _at_least_one(r: _Reader, key: str, default: float) -> float:
-    value = r.number(key, default, positive=True)
-    if value < 1:
-        raise r.error(key, f"is a factor >= 1, got {value}")
-    return value
-
-
-def _is_plain_number(text: str) -> bool:
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _overheads(r: _Reader) -> OverheadSpec:
-    defaults = OverheadSpec()
-    copy_bw = r.quantity("copy_bandwidth", parse_bandwidth_Bps, None) if r.has("copy_bandwidth") else None
-    return OverheadSpec(
-        bucket_launch_s=r.quantity("bucket_launch", parse_time_s, defaults.bucket_launch_s, positive=False),
-        copy_bandwidth_Bps=copy_bw,
-        compute_slowdown=_at_least_one(r, "compute_slowdown", defaults.compute_slowdown),
-        comm_slowdown=_at_least_one(r, "comm_slowdown", defaults.comm_slowdown),
-        allreduce_stretch=_at_least_one(r, "allreduce_stretch", defaults.allreduce_stretch),
-        max_inflight_buckets=r.integer("max_inflight_buckets", minimum=1),
-        buffer_sync_s=r.quantity("buffer_sync", parse_time_s, defaults.buffer_sync_s, positive=False),
-        bucket_cpu_s=r.quantity("bucket_cpu", parse_time_s, defaults.bucket_cpu_s, positive=False),
-    )
+def simulation_problem(sim: SimulationSpec, world_size: int) -> tuple[str, str] | None:
+    """(field, why) when the simulation settings do not fit ``world_size`` ranks, or None."""
+    if sim.straggler_rank is not None and sim.straggler_rank >= world_size:
+        return "straggler_rank", f"must be below the world size {world_size}, got {sim.straggler_rank}"
+    # the same rule as simulation.py: these settings make every rank its own process
+    per_rank = sim.mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
+    ranks = world_size if per_rank else 1
+    if ranks > MAX_PER_RANK_GPUS:
+        field = "mode" if sim.mode == "detailed" else "jitter_cv" if sim.jitter_cv > 0 else "straggler_rank"
+        return field, (f"simulates each of the {world_size:,} ranks on its own; at most {MAX_PER_RANK_GPUS:,} "
+                       "can be (use mode: fast without jitter or a straggler)")
+    if ranks * sim.iterations > MAX_RANK_STEPS:
+        return "iterations", (f"{ranks:,} simulated ranks x {sim.iterations:,} iterations is more than "
+                              f"{MAX_RANK_STEPS:,} rank-steps")
+    return None
 
 
 def _simulation(r: _Reader, world_size: int) -> SimulationSpec:
-    straggler = r.integer("straggler_rank", minimum=0)
-    if straggler is not None and straggler >= world_size:
-        raise r.error("straggler_rank", f"must be below the world size {world_size}, got {straggler}")
-    factor = r.number("degraded_link_factor", 1.0, positive=True)
-    if factor > 1:
-        raise r.error("degraded_link_factor", f"is the fraction of bandwidth left, at most 1, got {factor}")
-    slowdown = r.number("straggler_slowdown", 1.0, positive=True)
-    if slowdown < 1:
-        raise r.error("straggler_slowdown", f"is a factor >= 1, got {slowdown}")
-    return SimulationSpec(
-        mode=r.choice("mode", MODES, "auto"),
-        seed=r.integer("seed", 0),
-        iterations=r.integer("iterations", 1, minimum=1),
-        jitter_cv=r.number("jitter_cv", 0.0),
-        straggler_rank=straggler,
-        straggler_slowdown=slowdown,
-        degraded_link_factor=factor,
-    )
+    sim = SimulationSpec(**read_fields(SimulationSpec, r))
+    problem = simulation_problem(sim, world_size)
+    if problem:
+        raise r.error(*problem)
+    return sim
 
 
 def _set_dotted(data: dict, dotted: str, value: Any, file: str) -> None:
     keys = dotted.split(".")
+    if any(not key for key in keys):
+        raise ScenarioError(f"--set expects a dotted field name, got {dotted!r}", file=file, field=dotted or "--set")
+    sections = _section_keys()
     node = data
     for key in keys[:-1]:
-        if key not in _SECTIONS and node is data:
-            near = difflib.get_close_matches(key, [k for k in _SECTIONS if _SECTIONS[k]], n=1)
+        if key not in sections and node is data:
+            near = difflib.get_close_matches(key, sorted(sections), n=1)
             hint = f"; did you mean '{near[0]}'?" if near else ""
             raise ScenarioError(f"unknown section '{key}' in --set{hint}", file=file, field=dotted)
         child = node.get(key)
@@ -360,8 +320,12 @@ def apply_overrides(data: dict, overrides: Iterable[str], file: str) -> dict:
         if "=" not in item:
             raise ScenarioError(f"--set expects field=value, got {item!r}", file=file, field=item)
         dotted, text = item.split("=", 1)
+        if not text.strip():
+            # `--set cluster.nodes=` is a value lost in a shell script, not a request for the default
+            raise ScenarioError("--set gives an empty value; write the value (or null to unset)", file=file,
+                                field=dotted.strip() or item)
         try:
-            value = yaml.safe_load(text) if text.strip() else None
+            value = yaml.safe_load(text)
         except yaml.YAMLError:
             value = text
         _set_dotted(data, dotted.strip(), value, file)
@@ -369,15 +333,13 @@ def apply_overrides(data: dict, overrides: Iterable[str], file: str) -> dict:
 
 
 def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -> Scenario:
-    root = _Reader(data, "", file, _SECTIONS)
-    if not root.has("workload"):
-        raise root.error("workload", "missing required section")
-    if not root.has("cluster"):
-        raise root.error("cluster", "missing required section")
-    cluster = _cluster(root.section("cluster", _SECTIONS["cluster"]))
-    calibration_path = root.raw("calibration")
-    if calibration_path is not None and not isinstance(calibration_path, str):
-        raise root.error("calibration", "expected the path of a calibration JSON file")
+    root = _Reader(data, "", file, _keys(Scenario) | set(FREE_TEXT_KEYS))
+    for key in ("workload", "cluster"):
+        if not root.has(key):
+            raise root.error(key, "missing required section")
+    cluster = _cluster(root.section(ClusterSpec, "cluster"))
+    plain = read_fields(Scenario, root)
+    calibration_path = plain["calibration_path"]
     calibration = None
     if calibration_path is not None:
         # read once here, at the boundary; the simulation gets the value, never the path
@@ -386,18 +348,15 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
         calibration = read_calibration(resolved)
     return Scenario(
-        workload=_workload(root.section("workload", _SECTIONS["workload"])),
+        workload=WorkloadSpec(**read_fields(WorkloadSpec, root.section(WorkloadSpec, "workload"))),
         cluster=cluster,
-        ddp=_ddp(root.section("ddp", _SECTIONS["ddp"])),
-        collective=CollectiveSpec(
-            algorithm=root.section("collective", _SECTIONS["collective"]).choice("algorithm", ALGORITHMS, "auto"),
-            protocol=root.section("collective", _SECTIONS["collective"]).choice("protocol", PROTOCOLS, "auto"),
-        ),
-        overheads=_overheads(root.section("overheads", _SECTIONS["overheads"])),
-        simulation=_simulation(root.section("simulation", _SECTIONS["simulation"]), cluster.world_size),
+        ddp=DDPSpec(**read_fields(DDPSpec, root.section(DDPSpec, "ddp"))),
+        collective=CollectiveSpec(**read_fields(CollectiveSpec, root.section(CollectiveSpec, "collective"))),
+        overheads=OverheadSpec(**read_fields(OverheadSpec, root.section(OverheadSpec, "overheads"))),
+        simulation=_simulation(root.section(SimulationSpec, "simulation"), cluster.world_size),
         calibration_path=calibration_path,
         calibration=calibration,
-        price_per_gpu_hour=root.number("price_per_gpu_hour"),
+        price_per_gpu_hour=plain["price_per_gpu_hour"],
         source=file,
         base_dir=base_dir,
     )
@@ -410,6 +369,10 @@ def read_scenario_dict(path: str) -> dict:
             data = yaml.safe_load(handle)
     except FileNotFoundError:
         raise ScenarioError("file not found", file=path) from None
+    except IsADirectoryError:
+        raise ScenarioError("is a folder, not a scenario file", file=path) from None
+    except UnicodeDecodeError:
+        raise ScenarioError("not a text file (expected YAML)", file=path) from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
