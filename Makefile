@@ -24,8 +24,11 @@ demo: $(VENV)/.installed
 	@echo "    source $(VENV)/bin/activate"
 	@echo "    ddpsim --version"
 
-test: $(VENV)/.installed-test
+lint: $(VENV)/.installed-test
 	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+test: lint
 	$(BIN)/python -m pytest
 
 bench: $(VENV)/.installed

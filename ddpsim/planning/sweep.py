@@ -560,9 +560,9 @@ def _execute(
         bar.update(failed=twin.status != STATUS_OK)
 
     ordered = [outcomes[p.index] for p in points]
-    outcome = SweepOutcome(out, list(axes), ordered)
-    write_summary(outcome)
-    return outcome
+    summary = SweepOutcome(out, list(axes), ordered)
+    write_summary(summary)
+    return summary
 
 
 def csv_text(outcome: SweepOutcome) -> str:

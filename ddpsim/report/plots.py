@@ -7,7 +7,7 @@ matplotlib is imported inside each function so the CLI starts fast.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpsim.results import Result
@@ -72,7 +72,7 @@ def timeline_png(result: Result, path: str, max_ranks: int = 8) -> Any:
 def line_plot(
     path: str,
     x: Sequence[float],
-    series: dict[str, Sequence[float]],
+    series: Mapping[str, Sequence[float]],
     xlabel: str,
     ylabel: str,
     title: str,
@@ -119,7 +119,7 @@ def scatter_plot(path: str, measured: Sequence[float], predicted: Sequence[float
     _save(fig, path)
 
 
-def stacked_breakdown(path: str, labels: Sequence[str], parts: dict[str, Sequence[float]], title: str) -> None:
+def stacked_breakdown(path: str, labels: Sequence[str], parts: Mapping[str, Sequence[float]], title: str) -> None:
     """Stacked bars of compute, exposed communication and optimizer per configuration."""
     fig = _figure(max(6, 0.6 * len(labels)), 4.2)
     ax = fig.add_subplot()

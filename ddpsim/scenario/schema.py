@@ -127,9 +127,9 @@ def field_specs(cls: type) -> list[tuple[str, FieldSpec]]:
     return [(f.name, f.metadata[META]) for f in dataclasses.fields(cls) if META in f.metadata]
 
 
-_FACTOR = {"minimum": 1.0, "maximum": 1000.0, "low_rule": "is a factor >= 1"}
-_BANDWIDTH = {"minimum": 1e3, "maximum": 1e15}  # 1 kB/s to 1 PB/s: beyond, times underflow or explode
-_LATENCY = {"minimum": 0.0, "maximum": 3600.0}
+_FACTOR: dict[str, Any] = {"minimum": 1.0, "maximum": 1000.0, "low_rule": "is a factor >= 1"}
+_BANDWIDTH: dict[str, Any] = {"minimum": 1e3, "maximum": 1e15}  # 1 kB/s to 1 PB/s: beyond, times underflow or explode
+_LATENCY: dict[str, Any] = {"minimum": 0.0, "maximum": 3600.0}
 
 
 @dataclass(frozen=True)
