@@ -293,6 +293,10 @@ class OverheadSpec:
     bucket_cpu_s: float = spec("bucket_cpu", "time",
                                "per bucket, on the compute stream (a CPU-bound launch holding up backward)", "0us",
                                **_LATENCY)
+    hook_cpu_s: float = spec("hook_cpu", "time",
+                             "per bucket with a comm hook: DDP calling the Python hook and its future callback "
+                             "on the backward thread (measured 135us on 4 x H200, microbench.jsonl of "
+                             "validation/data/h200x4-options-2026-11-26)", "135us", **_LATENCY)
     buffer_sync_s: float = spec("buffer_sync", "time",
                                 "DDP's per-step buffer broadcast beyond its wire time (BatchNorm models)", "0ms",
                                 **_LATENCY)
