@@ -72,6 +72,11 @@ class Result:
     wall_s: float = 0.0
     mode_reason: str = ""  # why this mode ran (auto's threshold or the scenario) and which ranks were simulated
     simulated_ranks: int = 0  # ranks run on the engine after folding identical and dropping dominated ones
+    # where each input came from: the scenario file, or which calibration entry (never a silent default)
+    value_sources: dict[str, str] = field(default_factory=dict)
+    # p10 / p90 of the step one would measure, from the calibration's measured noise (None: no noise fit)
+    step_time_p10_s: float | None = None
+    step_time_p90_s: float | None = None
     # per simulated rank (and, up to 64 GPUs, every rank it stands for): ddpsim.ddp.fold
     rank_timelines: dict[int, list[tuple[float, float, str]]] = field(default_factory=dict, repr=False)
     # The rest of rank 0's last step, so that forward + backward + comm_wait + copy_out + step_optimizer

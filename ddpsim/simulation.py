@@ -27,6 +27,7 @@ from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
+from ddpsim.topology.link_kinds import link_class_of_type
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 
@@ -227,6 +228,12 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     result.events = env.events_processed
     result.mode_reason = mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan)
     result.simulated_ranks = len(ranks)
+    result.value_sources = dict(prep.sources)
+    if sc.calibration is not None:
+        interval = sc.calibration.step_interval(link_class_of_type(sc.cluster.intra_node.type), result.step_time_s)
+        if interval is not None:
+            result.step_time_p10_s, _, result.step_time_p90_s = interval
+            result.value_sources["p10 / p90 spread"] = f"calibration {sc.calibration.source} noise"
     return result
 
 

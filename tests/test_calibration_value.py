@@ -74,3 +74,16 @@ def test_a_bad_calibration_fails_when_read_naming_the_field(tmp_path, mutate, fi
     with pytest.raises(ScenarioError) as info:
         read_calibration(str(tmp_path / "bad.json"))
     assert info.value.field == field
+
+
+def test_a_calibrated_run_reports_its_measured_spread_and_sources(tmp_path):
+    import math
+
+    with open(CALIBRATION) as handle:
+        noise = json.load(handle)["noise"]["nvlink"]
+    result = simulate(_scenario(tmp_path))
+    sigma = math.hypot(noise["step_sigma"], noise["launch_sigma"])
+    assert result.step_time_p90_s / result.step_time_s == pytest.approx(math.exp(1.2815515655446004 * sigma))
+    assert result.step_time_p10_s < result.step_time_s < result.step_time_p90_s
+    assert "link_classes.nvlink.by_world_size.4" in result.value_sources["intra-node link"]
+    assert "overheads.nvlink" in result.value_sources["DDP overheads"]

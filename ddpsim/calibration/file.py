@@ -172,7 +172,7 @@ class Calibrated:
 def apply_calibration(scenario: Scenario) -> Calibrated:
     """The scenario with calibrated link, network and overhead values (no file is read here)."""
     cluster = scenario.cluster
-    from_scenario = f"scenario {scenario.source}"
+    from_scenario = f"scenario {scenario.source} (its value, or the documented default)"
     sources = {"intra-node link": from_scenario, "DDP overheads": from_scenario, "protocol table": "NCCL's defaults"}
     if cluster.nodes > 1:
         sources["inter-node network"] = from_scenario

@@ -85,6 +85,10 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
     rows.append(("simulation", f"{result.mode} mode, {result.wall_s:.2f} s wall"))
     if result.mode_reason:
         rows.append(("mode reason", result.mode_reason))
+    if result.step_time_p10_s is not None and result.step_time_p90_s is not None:
+        rows.insert(1 + [r[0] for r in rows].index("step time"), (
+            "  p10 / p90 as measured", f"{format_time(result.step_time_p10_s)} / {format_time(result.step_time_p90_s)}"))
+    rows += [(f"from: {name}", source) for name, source in result.value_sources.items()]
     return rows
 
 
