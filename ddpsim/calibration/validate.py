@@ -270,10 +270,10 @@ def _failures(v: Validation, max_mape: float, max_error: float, max_ar: float, m
             failures.append(f"{transport}: maximum error {worst:.1f}% > {max_error:g}%")
     bad_ar = [r for r in v.allreduce if abs(r.error_pct) > max_ar]
     if bad_ar:
-        worst = max(bad_ar, key=lambda r: abs(r.error_pct))
+        worst_ar = max(bad_ar, key=lambda r: abs(r.error_pct))
         failures.append(
             f"all-reduce: {len(bad_ar)} of {len(v.allreduce)} sizes off by more than {max_ar:g}% "
-            f"(worst {worst.error_pct:+.1f}% at {worst.bytes} B, {worst.link_class} x{worst.world_size})"
+            f"(worst {worst_ar.error_pct:+.1f}% at {worst_ar.bytes} B, {worst_ar.link_class} x{worst_ar.world_size})"
         )
     if v.recommendation:
         share = sum(r["within_5pct"] for r in v.recommendation) / len(v.recommendation)

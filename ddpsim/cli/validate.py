@@ -44,7 +44,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.validate import in_calibration_subset, profiles_by_model
 
     samples = []
-    files = {"allreduce": [], "ddp_runs": [], "profiles": []}
+    files: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": []}
     if args.data_dir:
         files = find_data_files(args.data_dir)
         samples = [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
@@ -85,7 +85,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _print_calibration(links: dict, overheads: dict) -> None:
     from ddpsim.report.tables import table
 
-    rows = []
+    rows: list[tuple[object, ...]] = []
     for link_class, entry in links.items():
         fits = [("all", entry)] + sorted(entry.get("by_world_size", {}).items())
         for world, fit_entry in fits:
@@ -105,11 +105,11 @@ def _print_calibration(links: dict, overheads: dict) -> None:
                     )
                 )
     print("All-reduce fit per link class: max(floor, min over protocols of base + 2(n-1) x hop + bytes x 2(n-1)/n / busbw)")
-    headers = ("link class", "GPUs", "protocol", "base us", "per-hop us", "busbw GB/s", "floor us", "fit err mean/max %")
+    headers: tuple[str, ...] = ("link class", "GPUs", "protocol", "base us", "per-hop us", "busbw GB/s", "floor us", "fit err mean/max %")
     print(table(headers, rows))
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
-        rows = []
+        rows.clear()
         for link_class, entry in overheads.items():
             for world, o in [("all", entry)] + sorted(entry.get("by_world_size", {}).items()):
                 rows.append(
@@ -259,43 +259,30 @@ def _write_validation_dir(v, out: str, table) -> None:
 
 
 def _cap_curves(v, path: str) -> None:
-    from ddpsim.report.plots import _pyplot
+    from ddpsim.report.plots import cap_curves_png
 
     groups = defaultdict(list)
     for r in v.rows:
         groups[(r.model, r.transport, r.world_size)].append(r)
-    if not groups:
-        return
-    plt = _pyplot()
-    keys = sorted(groups)
-    cols = 3
-    rows_n = (len(keys) + cols - 1) // cols
-    fig, axes = plt.subplots(rows_n, cols, figsize=(4 * cols, 2.8 * rows_n), squeeze=False)
-    for ax, key in zip(axes.flat, keys, strict=False):
+    panels = []
+    for key in sorted(groups):
         launches = defaultdict(list)
         for r in groups[key]:
             launches[r.launch_id].append(r)
         # the launch that measured every cap is the curve; other launches (repeats) are points
         main_launch = max(launches, key=lambda launch: len(launches[launch]))
         rows = sorted(launches.pop(main_launch), key=lambda r: r.bucket_cap_mb)
-        caps = [r.bucket_cap_mb for r in rows]
-        ax.plot(caps, [r.measured_s * 1e3 for r in rows], "o-", label="measured")
-        ax.plot(caps, [r.predicted_s * 1e3 for r in rows], "s--", label="predicted")
         repeats = [r for rs in launches.values() for r in rs]
-        if repeats:
-            ax.plot([r.bucket_cap_mb for r in repeats], [r.measured_s * 1e3 for r in repeats], "x", color="C0",
-                    label="measured, another launch")
-        ax.set_xscale("log")
-        ax.set_title(f"{key[0]} {key[1]} x{key[2]}", fontsize=8)
-        ax.tick_params(labelsize=7)
-    for ax in list(axes.flat)[len(keys):]:
-        ax.axis("off")
-    axes.flat[0].legend(fontsize=7)
-    fig.supxlabel("bucket_cap_mb")
-    fig.supylabel("step time (ms)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        panels.append({
+            "title": f"{key[0]} {key[1]} x{key[2]}",
+            "caps": [r.bucket_cap_mb for r in rows],
+            "measured_s": [r.measured_s for r in rows],
+            "predicted_s": [r.predicted_s for r in rows],
+            "repeat_caps": [r.bucket_cap_mb for r in repeats],
+            "repeat_measured_s": [r.measured_s for r in repeats],
+        })
+    if panels:
+        cap_curves_png(path, panels)
 
 
 def register(sub) -> None:

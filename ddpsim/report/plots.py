@@ -185,3 +185,31 @@ def bucket_cap_png(
             ax.axvline(recommended_mb, color="grey", linestyle="--", linewidth=1)
         ax.legend(fontsize=8)
     return _save(fig, path)
+
+
+def cap_curves_png(path: str, panels: Sequence[Mapping[str, Any]]) -> Any:
+    """One panel per (model, transport, GPUs): measured and predicted step time against bucket cap.
+
+    Each panel holds ``title``, ``caps``, ``measured_s``, ``predicted_s`` (one launch's curve) and
+    ``repeat_caps`` / ``repeat_measured_s`` (the same configurations measured in other launches).
+    """
+    cols = 3
+    rows_n = max(1, (len(panels) + cols - 1) // cols)
+    fig = _figure(4 * cols, 2.8 * rows_n)
+    axes = fig.subplots(rows_n, cols, squeeze=False)
+    for ax, panel in zip(axes.flat, panels, strict=False):
+        caps = list(panel["caps"])
+        ax.plot(caps, [t * 1e3 for t in panel["measured_s"]], "o-", label="measured")
+        ax.plot(caps, [t * 1e3 for t in panel["predicted_s"]], "s--", label="predicted")
+        if panel.get("repeat_caps"):
+            ax.plot(list(panel["repeat_caps"]), [t * 1e3 for t in panel["repeat_measured_s"]], "x", color="C0",
+                    label="measured, another launch")
+        ax.set_xscale("log")
+        ax.set_title(str(panel["title"]), fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.supxlabel("bucket_cap_mb")
+    fig.supylabel("step time (ms)")
+    return _save(fig, path)
