@@ -180,16 +180,22 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
     if calibration is None:
         return Calibrated(scenario, None, sources)
     link_class = link_class_of_type(cluster.intra_node.type)
+    cite = f"calibration {calibration.source}"
     fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
-    if fitted is None:
+    if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
+        # one GPU per node has no intra-node link: every hop is the network's
+        intra, table = cluster.intra_node, None
+        sources["intra-node link"] = "none (one GPU per node)"
+    elif fitted is None:
         known = ", ".join(sorted(calibration.link_classes))
         raise ScenarioError(
             f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
         )
-    cite = f"calibration {calibration.source}"
-    sources["intra-node link"] = sources["protocol table"] = f"{cite} {where}"
-    intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
-    inter, table = cluster.inter_node, fitted.protocol_table
+    else:
+        sources["intra-node link"] = sources["protocol table"] = f"{cite} {where}"
+        intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
+        table = fitted.protocol_table
+    inter = cluster.inter_node
     overhead_class = link_class
     if cluster.nodes > 1:
         network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
@@ -209,7 +215,7 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
     if values:
         sources["DDP overheads"] = f"{cite} overheads.{overhead_class}"
     collective = scenario.collective
-    if collective.algorithm == "auto" and fitted.algorithm and cluster.nodes == 1:
+    if collective.algorithm == "auto" and fitted is not None and fitted.algorithm and cluster.nodes == 1:
         # the algorithm NCCL ran when the link class was measured, on one node
         collective = replace(collective, algorithm=fitted.algorithm)
     calibrated = replace(

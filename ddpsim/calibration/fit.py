@@ -104,6 +104,8 @@ def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
     """One entry per link class; sweeps across nodes (nodes > 1) fit the inter-node class ``net``."""
     by_class: dict[str, list[AllReduceSample]] = defaultdict(list)
     for sample in samples:
+        if sample.nodes == 1 and sample.algorithm == "tree":
+            continue  # the intra-node fit is of rings, what NCCL runs inside one node
         by_class[INTER_NODE_LINK_CLASS if sample.nodes > 1 else sample.link_class].append(sample)
     fitted = {}
     for link_class, group in sorted(by_class.items()):
@@ -141,7 +143,7 @@ def fit_network(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
             raise ScenarioError(
                 f"{s.world_size} GPUs do not split into {s.nodes} nodes", file=s.source, field="nodes"
             )
-    rings = [s for s in samples if getattr(s, "algorithm", None) == "ring"]
+    rings = [s for s in samples if s.algorithm == "ring"]
     used = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in (rings or samples)]
     entry = fit_link_class(used)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
@@ -268,9 +270,11 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """
     import math
 
+    from ddpsim.calibration.measured_scenarios import run_class
+
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        by_class[str(run["transport"])].append(run)
+        by_class[run_class(run)].append(run)
     noise: dict[str, dict[str, Any]] = {}
     for link_class, group in sorted(by_class.items()):
         step = [
@@ -280,7 +284,8 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         ]
         configs: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
         for r in group:
-            key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("comm_hook"), r.get("nodes", 1))
+            key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("variant"), r.get("comm_hook"),
+                   r.get("nodes", 1))
             configs[key].setdefault(str(r.get("launch_id", "")), float(r["step_s_median"]))
         diffs = [
             math.log(a / b)

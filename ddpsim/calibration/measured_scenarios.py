@@ -1,4 +1,9 @@
-"""The scenario that describes a measured run: same model profile, GPUs, transport and DDP settings."""
+"""The scenario that describes a measured run: same model profile, GPUs, shape, transport, DDP options.
+
+Every field a run record may carry is either mapped onto the scenario here or listed as a record of
+the measurement itself; a field in neither is refused, because nobody can say whether it changed
+the step.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +12,36 @@ from dataclasses import replace
 from typing import Any
 
 from ddpsim.calibration.file import Calibration
+from ddpsim.errors import ScenarioError
 from ddpsim.scenario.load import scenario_from_dict
-from ddpsim.scenario.schema import Scenario
-from ddpsim.topology.link_kinds import intra_type_of_class
+from ddpsim.scenario.schema import COMM_HOOKS, Scenario
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, intra_type_of_class
 
 # nvidia-smi names -> catalog names
 _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100"), ("V100", "V100"), ("B200", "B200"))
+
+# fields that describe the configuration and are mapped onto the scenario
+MAPPED_FIELDS = frozenset({
+    "model", "batch_size", "precision", "bucket_cap_mb", "world_size", "transport", "nodes", "gpus_per_node",
+    "gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters", "static_graph",
+    "fingerprint",
+})
+# fields that record the measurement, its provenance or NCCL's own report, not a setting of the run;
+# seq_len and zero_grad_set_to_none are settings the world-size-1 profile was measured with as well
+RECORD_FIELDS = frozenset({
+    "schema", "launch_id", "variant", "timing_hook", "ddp_options_default", "model_source", "seq_len",
+    "zero_grad_set_to_none", "nodes_emulated", "nccl_hostid", "inter_node_transport", "nccl_nranks_seen",
+    "nccl_nnodes_seen", "nccl_local_ranks_seen", "nccl_nnodes_verified", "nccl_transports_seen",
+    "nccl_inter_node_transport_seen", "nccl_trees_lines", "nccl_version_printed", "nccl_socket_interface",
+    "status", "error", "step_s_median", "step_s_p10", "step_s_p90", "step_times_s", "step_s_median_max_over_ranks",
+    "step_wall_s_median", "step_wall_s_p10", "step_wall_s_p90", "step_wall_times_s", "step_time_source", "rounds",
+    "n_rounds", "round_medians_s", "nosync_step_s_median", "nosync_step_s_p10", "nosync_step_s_p90",
+    "nosync_step_times_s", "nosync_forward_s_median", "nosync_backward_s_median", "nosync_optimizer_s_median",
+    "forward_s_median", "backward_s_median", "optimizer_s_median", "iterations", "nosync_iterations", "warmup",
+    "bucket_sizes_bytes", "bucket_param_indices", "grad_ready_order", "bucket_layout_source", "ddp_logging",
+    "per_bucket", "per_bucket_samples", "n_params", "param_bytes", "is_reference", "run_wall_s", "host",
+    "_source", "_line",
+})
 
 
 def catalog_gpu(fingerprint_name: str) -> str:
@@ -22,6 +51,33 @@ def catalog_gpu(fingerprint_name: str) -> str:
     return fingerprint_name
 
 
+def check_run_fields(run: dict[str, Any]) -> None:
+    """Refuse a record with a field ddpsim neither maps nor knows to be a measurement."""
+    for key in run:
+        if key not in MAPPED_FIELDS and key not in RECORD_FIELDS:
+            raise ScenarioError(
+                "unknown field: ddpsim cannot tell whether it changed the measured step",
+                file=run.get("_source"), field=f"line {run.get('_line', '?')}.{key}",
+            )
+
+
+def _comm_hook(run: dict[str, Any]) -> str:
+    hook = run.get("comm_hook") or "none"
+    if hook not in COMM_HOOKS:
+        raise ScenarioError(f"unknown comm_hook {hook!r} (known: {', '.join(COMM_HOOKS)})",
+                            file=run.get("_source"), field=f"line {run.get('_line', '?')}.comm_hook")
+    return str(hook)
+
+
+def run_nodes(run: dict[str, Any]) -> int:
+    return int(run.get("nodes") or (run.get("fingerprint") or {}).get("hostname_count", 1) or 1)
+
+
+def run_class(run: dict[str, Any]) -> str:
+    """The link class whose overheads and noise a run's step belongs to: the network's across nodes."""
+    return INTER_NODE_LINK_CLASS if run_nodes(run) > 1 else str(run["transport"])
+
+
 def run_scenario(
     run: dict[str, Any],
     profile: str,
@@ -29,23 +85,37 @@ def run_scenario(
     bucket_cap_mb: float | None = None,
     overheads: dict[str, Any] | None = None,
 ) -> Scenario:
-    """A scenario reproducing one harness DDP run (one node, the run's transport and world size)."""
+    """A scenario reproducing one harness DDP run: its shape (emulated nodes count as nodes: NCCL built
+    its multi-node algorithms for them), transport, cap and every recorded DDP option."""
+    check_run_fields(run)
     fingerprint = run.get("fingerprint", {})
-    nodes = int(fingerprint.get("hostname_count", 1) or 1)
+    nodes = run_nodes(run)
     world = int(run["world_size"])
+    cluster: dict[str, Any] = {
+        "gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))),
+        "nodes": nodes,
+        "gpus_per_node": world // nodes,
+        "intra_node": {"type": intra_type_of_class(run["transport"])},
+    }
+    if nodes > 1:
+        # the harness's nodes share one NIC path (NCCL's socket transport); the fitted network's bus
+        # bandwidth is what each rank got through it
+        cluster["inter_node"] = {"type": "fat-tree", "nics_per_node": 1}
     data: dict[str, Any] = {
         "workload": {
             "model": f"profile:{os.path.abspath(profile)}",
             "batch_size": int(run.get("batch_size", 1)),
             "precision": run.get("precision", "fp32"),
         },
-        "cluster": {
-            "gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))),
-            "nodes": nodes,
-            "gpus_per_node": world // nodes,
-            "intra_node": {"type": intra_type_of_class(run["transport"])},
+        "cluster": cluster,
+        "ddp": {
+            "bucket_cap_mb": run["bucket_cap_mb"] if bucket_cap_mb is None else bucket_cap_mb,
+            "gradient_as_bucket_view": bool(run.get("gradient_as_bucket_view", False)),
+            "find_unused_parameters": bool(run.get("find_unused_parameters", False)),
+            "static_graph": bool(run.get("static_graph", False)),
+            "comm_hook": _comm_hook(run),
+            "grad_accumulation_steps": int(run.get("grad_accumulation_steps") or 1),
         },
-        "ddp": {"bucket_cap_mb": run["bucket_cap_mb"] if bucket_cap_mb is None else bucket_cap_mb},
         "simulation": {"mode": "fast"},
     }
     if overheads:
@@ -55,4 +125,8 @@ def run_scenario(
 
 
 def run_label(run: dict[str, Any]) -> str:
-    return f"{run['model']}/{run['transport']}/w{run['world_size']}/cap{run['bucket_cap_mb']:g}"
+    variant = run.get("variant")
+    extra = f"/{variant}" if variant and variant != "none" else ""
+    nodes = run_nodes(run)
+    shape = f"/{nodes}x{int(run['world_size']) // nodes}" if nodes > 1 else ""
+    return f"{run['model']}/{run['transport']}/w{run['world_size']}{shape}/cap{float(run['bucket_cap_mb']):g}{extra}"

@@ -27,6 +27,8 @@ class AllReduceSample:
     bytes: int
     time_s: float
     source: str
+    algorithm: str | None = None  # forced with NCCL_ALGO ("ring", "tree"); None: NCCL's own choice
+    launch_id: str = ""
 
 
 def _open_text(path: str) -> str:
@@ -64,21 +66,44 @@ def _field(record: dict, key: str, kind: type | tuple, path: str, where: str) ->
 
 
 def read_harness_allreduce(path: str) -> list[AllReduceSample]:
-    """The harness's ``allreduce.jsonl``: one object per (transport, world size) launch."""
+    """The harness's ``allreduce.jsonl``: one object per (transport, shape, algorithm) sweep.
+
+    Sweeps that did not finish (``status`` other than ok) have no rows to fit and are left out.
+    """
     samples = []
     for i, record in enumerate(read_jsonl(path)):
         where = f"line {i + 1}"
+        if record.get("status", "ok") != "ok":
+            continue
         transport = _field(record, "transport", str, path, where)
         world = _field(record, "world_size", int, path, where)
-        nodes = int(record.get("fingerprint", {}).get("hostname_count", 1) or 1)
+        nodes = record_nodes(record, path, where)
+        algorithm = record.get("algorithm_forced")
+        if algorithm is not None and (not isinstance(algorithm, str) or algorithm.lower() not in ("ring", "tree")):
+            raise ScenarioError(f"expected ring, tree or null, got {algorithm!r}", file=path, field=f"{where}.algorithm_forced")
         rows = _field(record, "rows", list, path, where)
         for j, row in enumerate(rows):
             size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
             time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
             samples.append(
-                AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path)
+                AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path,
+                                algorithm.lower() if algorithm else None, str(record.get("launch_id", "")))
             )
     return samples
+
+
+def record_nodes(record: dict[str, Any], path: str, where: str) -> int:
+    """The node count of a measured record: the harness's ``nodes`` (emulated nodes on one host
+    count, since NCCL built its multi-node algorithms for them), else the hosts it ran on."""
+    nodes = record.get("nodes")
+    if nodes is None:
+        nodes = (record.get("fingerprint") or {}).get("hostname_count", 1) or 1
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise ScenarioError(f"expected a positive integer, got {nodes!r}", file=path, field=f"{where}.nodes")
+    world = record.get("world_size")
+    if isinstance(world, int) and world % nodes:
+        raise ScenarioError(f"{world} GPUs do not split into {nodes} nodes", file=path, field=f"{where}.nodes")
+    return nodes
 
 
 def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False) -> list[AllReduceSample]:
@@ -101,12 +126,15 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
     return samples
 
 
-def read_ddp_runs(path: str) -> list[dict[str, Any]]:
-    """The harness's ``ddp_runs.jsonl`` (only successful runs; failures are kept out of comparisons)."""
+def read_ddp_runs(path: str, with_failed: bool = False) -> list[dict[str, Any]]:
+    """The harness's ``ddp_runs.jsonl``: successful runs, and with ``with_failed`` the others too
+    (status other than ok), so that a report can say what it left out."""
     runs = []
     for i, record in enumerate(read_jsonl(path)):
         where = f"line {i + 1}"
         if record.get("status") != "ok":
+            if with_failed:
+                runs.append({**record, "_source": os.path.abspath(path), "_line": i + 1})
             continue
         for key in ("model", "transport"):
             _field(record, key, str, path, where)
@@ -116,7 +144,8 @@ def read_ddp_runs(path: str) -> list[dict[str, Any]]:
         _field(record, "world_size", int, path, where)
         _field(record, "bucket_cap_mb", (int, float), path, where)
         _field(record, "step_s_median", (int, float), path, where)
-        runs.append({**record, "_source": os.path.abspath(path)})
+        record_nodes(record, path, where)
+        runs.append({**record, "_source": os.path.abspath(path), "_line": i + 1})
     return runs
 
 

@@ -1,31 +1,33 @@
 """Compare predictions with measured DDP runs and all-reduce sweeps (``ddpsim validate``).
 
-Only runs outside the calibration subset named in the calibration file are predicted. The report
-fails (``Validation.passed`` is False) when the error is past the tolerances given.
+Two ways to hold runs out. With a calibration file, only runs outside its calibration subset are
+predicted. With ``cross`` (model, launch or host), every run is predicted by a calibration built from
+the other models', launches' or hosts' data only (leave one out), which is what a user asking about
+another model, another day or another machine gets. The report fails (``Validation.passed`` is False)
+when the error is past the tolerances given.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpsim.calibration.file import Calibration
-from ddpsim.calibration.measured_scenarios import run_label, run_scenario
-from ddpsim.calibration.measurements import (
-    AllReduceSample,
-    find_data_files,
-    read_ddp_runs,
-    read_harness_allreduce,
-)
+from ddpsim.calibration.calibrate import Measurements, calibrate, host_of, load_measurements
+from ddpsim.calibration.file import Calibration, calibration_from_dict
+from ddpsim.calibration.fit import fit_noise
+from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
+from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.errors import ScenarioError
-from ddpsim.jsonfile import read_json_object
 from ddpsim.planning.advisor import pick_cap
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
 ALLREDUCE_CHECK_MIN_BYTES = 64 * 1024
 ALLREDUCE_CHECK_MAX_BYTES = 1 << 30
+CROSS_MODES = ("model", "launch", "host")
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,18 @@ class RunRow:
     predicted_s: float
     held_out: bool
     launch_id: str = ""
+    option: str = "none"  # the harness's variant: none, gbv, fp16, bf16, accum4, find_unused, static_graph
+    nodes: int = 1
+    host: str = ""
+    fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
 
     @property
     def error_pct(self) -> float:
         return (self.predicted_s / self.measured_s - 1) * 100
+
+    @property
+    def link_class(self) -> str:
+        return INTER_NODE_LINK_CLASS if self.nodes > 1 else self.transport
 
 
 @dataclass(frozen=True)
@@ -69,6 +79,10 @@ class Validation:
     fingerprints: list[str]
     calibration_subset: dict[str, Any]
     failures: list[str] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (run, why it was not predicted)
+    noise: dict[str, Any] = field(default_factory=dict)  # measured spread per link class (fit_noise)
+    cross: str | None = None
+    folds: list[dict[str, Any]] = field(default_factory=list)
 
     def held_out(self) -> list[RunRow]:
         return [r for r in self.rows if r.held_out]
@@ -76,7 +90,13 @@ class Validation:
     def by_transport(self) -> dict[str, list[RunRow]]:
         groups: dict[str, list[RunRow]] = defaultdict(list)
         for row in self.held_out():
-            groups[row.transport].append(row)
+            groups[row.link_class].append(row)
+        return dict(sorted(groups.items()))
+
+    def by_option(self) -> dict[tuple[str, str], list[RunRow]]:
+        groups: dict[tuple[str, str], list[RunRow]] = defaultdict(list)
+        for row in self.held_out():
+            groups[(row.option, row.link_class)].append(row)
         return dict(sorted(groups.items()))
 
     @property
@@ -84,35 +104,18 @@ class Validation:
         return not self.failures
 
 
-def profiles_by_model(paths: Sequence[str]) -> dict[str, str]:
-    """Model name -> profile path, for the harness's ``profiles/*.json``."""
-    profiles = {}
-    for path in paths:
-        model = read_json_object(path, "profile").get("model")
-        if isinstance(model, str):
-            profiles[model] = path
-    return profiles
-
-
 def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir: str | None = None) -> bool:
     """Whether ``run`` may have been used by the calibration: its cap is in the subset and, when the
     calibration names its data folder, the run comes from that folder."""
     caps = subset.get("bucket_cap_mb")
-    if caps is None or float(run["bucket_cap_mb"]) not in {float(c) for c in caps}:
+    if caps is None:
+        return False
+    if caps != "all" and float(run["bucket_cap_mb"]) not in {float(c) for c in caps}:
         return False
     source = run.get("_source")
     if data_dir is None or source is None:
         return True
     return os.path.commonpath([os.path.abspath(data_dir), source]) == os.path.abspath(data_dir)
-
-
-def load_measurements(data_dir: str) -> tuple[list[dict[str, Any]], dict[str, str], list[AllReduceSample]]:
-    files = find_data_files(data_dir)
-    if not files["ddp_runs"]:
-        raise ScenarioError("no ddp_runs.jsonl under this folder", file=data_dir)
-    runs = [run for path in files["ddp_runs"] for run in read_ddp_runs(path)]
-    samples = [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
-    return runs, profiles_by_model(files["profiles"]), samples
 
 
 def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibration) -> list[AllReduceRow]:
@@ -126,6 +129,8 @@ def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibratio
     for sample in samples:
         if not ALLREDUCE_CHECK_MIN_BYTES <= sample.bytes <= ALLREDUCE_CHECK_MAX_BYTES:
             continue
+        if sample.nodes > 1 or sample.algorithm == "tree":
+            continue  # across nodes and forced trees: benchmarks/multinode_allreduce.py checks those
         fitted = calibration.link_fit(sample.link_class, sample.world_size, 1)
         if fitted is None:
             continue
@@ -159,7 +164,8 @@ def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     """Per (model, transport, world): is the cap with the lowest PREDICTED time within 5% of the measured best?"""
     by_launch: dict[tuple[str, str, int], dict[str, list[RunRow]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        by_launch[(row.model, row.transport, row.world_size)][row.launch_id].append(row)
+        if row.option == "none":
+            by_launch[(row.model, row.link_class, row.world_size)][row.launch_id].append(row)
     out = []
     for (model, transport, world), launches in sorted(by_launch.items()):
         # caps are compared within one launch: between launches the same run can differ by 15%
@@ -196,65 +202,228 @@ def _layout_mismatch(run: dict[str, Any], prep: Any) -> str | None:
 
 
 def validate(
-    data_dir: str,
+    data_dirs: Sequence[str],
     calibration: Calibration | None,
     max_mape_pct: float = 5.0,
     max_error_pct: float = 15.0,
     max_allreduce_error_pct: float = 10.0,
     min_recommendation_share: float = 0.9,
 ) -> Validation:
-    """Predict the measured runs; without a calibration, with the scenario defaults (all runs held out)."""
+    """Predict the measured runs outside the calibration's subset; without a calibration, with the
+    scenario defaults (every run held out). Multi-node runs need the calibration's network fit."""
+    measured = load_measurements(data_dirs)
+    subset = calibration.calibration_subset if calibration is not None else {}
+    data_dir = calibration.data_dir if calibration is not None else None
+    rows: list[RunRow] = []
+    layouts: list[str | None] = []
+    for run in measured.runs:
+        _require_network(run, calibration)
+        row, layout = _predict(run, measured.profiles[run["model"]], calibration,
+                               held_out=not in_calibration_subset(run, subset, data_dir))
+        rows.append(row)
+        layouts.append(layout)
+    return _report(measured, rows, layouts, calibration, subset, None, [],
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
+
+
+def cross_validate(
+    data_dirs: Sequence[str],
+    cross: str,
+    calibration_caps: Sequence[float] | None = None,
+    max_mape_pct: float = 5.0,
+    max_error_pct: float = 15.0,
+    max_allreduce_error_pct: float = 10.0,
+    min_recommendation_share: float = 0.9,
+    log: Callable[[str], None] | None = None,
+    jobs: int = 1,
+) -> Validation:
+    """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
+    everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
+
+    A part whose link class has no run left to fit its overheads on is not predicted; the report says
+    so (``skipped``) rather than predicting it from defaults.
+    """
+    if cross not in CROSS_MODES:
+        raise ScenarioError(f"expected one of {', '.join(CROSS_MODES)}, got {cross!r}", field="--cross")
+    measured = load_measurements(data_dirs)
+    key = _FOLD_KEYS[cross]
+    parts = sorted({key(run) for run in measured.runs})
+    if len(parts) < 2:
+        raise ScenarioError(f"leave-one-{cross}-out needs runs of at least two {cross}s; found {len(parts)}",
+                            file=", ".join(data_dirs), field="--cross")
+    rows: list[RunRow] = []
+    layouts: list[str | None] = []
+    folds: list[dict[str, Any]] = []
+    skipped = list(measured.skipped)
+    caps = None if calibration_caps is None else list(calibration_caps)
+    if log:
+        log(f"leave-one-{cross}-out: {len(parts)} folds, {jobs} at a time")
+    # folds are independent fits of seconds to minutes each: one process per core
+    with _pool(jobs) as pool:
+        for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
+            _fold, [(measured, cross, part, caps) for part in parts]
+        ):
+            rows += fold_rows
+            layouts += fold_layouts
+            folds.append(fold)
+            skipped += fold_skipped
+            if log:
+                log(f"fold {fold['held_out']}: fitted on {fold['training_runs']} runs and "
+                    f"{fold['training_sweeps']} sweeps, predicted {len(fold_rows)} runs")
+    subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
+    return _report(measured, rows, layouts, None, subset, cross, folds,
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
+
+
+def _pool(jobs: int) -> Any:
+    from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+    # one job: no worker processes (a thread pool of one runs the folds in order, here)
+    return ProcessPoolExecutor(jobs) if jobs > 1 else ThreadPoolExecutor(1)
+
+
+def _fold(
+    args: tuple[Measurements, str, str, list[float] | None],
+) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
+    """Fit without ``part``, predict ``part``'s runs."""
+    measured, cross, part, caps = args
+    key = _FOLD_KEYS[cross]
+    held = [r for r in measured.runs if key(r) == part]
+    train_runs = [r for r in measured.runs if key(r) != part]
+    train_samples = [s for s in measured.samples if _sample_key(cross, s) != part]
+    fold: dict[str, Any] = {
+        "held_out": part, "runs": len(held), "training_runs": len(train_runs),
+        "training_sweeps": len({(s.source, s.launch_id, s.world_size, s.nodes, s.algorithm) for s in train_samples}),
+    }
+    data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held})
+    fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
+    calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")
+    rows, layouts, skipped = [], [], []
+    for run in held:
+        why = _unpredictable(run, calibration)
+        if why:
+            skipped.append((run_label(run), f"fold {part}: {why}"))
+            continue
+        row, layout = _predict(run, measured.profiles[run["model"]], calibration, held_out=True, fold=str(part))
+        rows.append(row)
+        layouts.append(layout)
+    return rows, layouts, fold, skipped
+
+
+def _launch_key(run: dict[str, Any]) -> str:
+    return f"{host_of(run)}/{run.get('launch_id', '')}"
+
+
+_FOLD_KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "model": lambda run: str(run["model"]),
+    "launch": _launch_key,
+    "host": host_of,
+}
+
+
+def _sample_key(cross: str, sample: AllReduceSample) -> str | None:
+    """The part an all-reduce sweep belongs to: sweeps measure links, not models, so they stay in
+    every model fold; a launch's or host's own sweeps leave with it."""
+    if cross == "model":
+        return None
+    if cross == "launch":
+        return f"{host_of(sample)}/{sample.launch_id}"
+    return host_of(sample)
+
+
+def _unpredictable(run: dict[str, Any], calibration: Calibration) -> str:
+    link_class = run_class(run)
+    if link_class not in calibration.overheads:
+        return f"no other {link_class} runs to fit its DDP overheads on"
+    if run_nodes(run) > 1 and calibration.link_fit(INTER_NODE_LINK_CLASS, int(run["world_size"]), run_nodes(run)) is None:
+        return "no other multi-node sweeps to fit the network on"
+    if calibration.link_fit(str(run["transport"]), int(run["world_size"]), run_nodes(run)) is None:
+        return f"no other {run['transport']} sweeps to fit the link on"
+    return ""
+
+
+def _require_network(run: dict[str, Any], calibration: Calibration | None) -> None:
+    """A multi-node run predicted on a network nobody measured would be a silent default: refuse it."""
+    nodes = run_nodes(run)
+    if nodes == 1:
+        return
+    if calibration is None or calibration.link_fit(INTER_NODE_LINK_CLASS, int(run["world_size"]), nodes) is None:
+        where = "no calibration" if calibration is None else f"calibration {calibration.source} has no network fit"
+        raise ScenarioError(
+            f"a run across {nodes} nodes, and {where} ('{INTER_NODE_LINK_CLASS}'): calibrate on this campaign's "
+            "multi-node sweeps first (ddpsim calibrate DATA_DIR)",
+            file=run.get("_source"), field=f"line {run.get('_line', '?')}.nodes",
+        )
+
+
+def _predict(
+    run: dict[str, Any], profile: str, calibration: Calibration | None, held_out: bool, fold: str = ""
+) -> tuple[RunRow, str | None]:
     from ddpsim.simulation import prepare, simulate
 
-    subset = calibration.calibration_subset if calibration is not None else {}
-    calibration_data_dir = calibration.data_dir if calibration is not None else None
-    runs, profiles, samples = load_measurements(data_dir)
-    rows: list[RunRow] = []
-    mismatches: list[str] = []
-    checked = 0
-    fingerprints = set()
-    for run in runs:
-        if run["model"] not in profiles or run.get("comm_hook"):
-            # instrumented runs (a timing comm hook) are for per-bucket analysis, not accuracy
-            continue
-        fp = run.get("fingerprint", {})
-        fingerprints.add(
-            f"{fp.get('gpu_count', run['world_size'])} x {fp.get('gpu_name', '?')}, driver {fp.get('driver', '?')}, "
-            f"torch {fp.get('torch', '?')}, NCCL {fp.get('nccl', '?')}"
-        )
-        prep = prepare(run_scenario(run, profiles[run["model"]], calibration))
-        predicted = simulate(prep).step_time_s
-        rows.append(
-            RunRow(
-                model=run["model"],
-                transport=run["transport"],
-                world_size=int(run["world_size"]),
-                bucket_cap_mb=float(run["bucket_cap_mb"]),
-                measured_s=float(run["step_s_median"]),
-                measured_p10_s=run.get("step_s_p10"),
-                measured_p90_s=run.get("step_s_p90"),
-                predicted_s=predicted,
-                held_out=not in_calibration_subset(run, subset, calibration_data_dir),
-                launch_id=str(run.get("launch_id", "")),
-            )
-        )
-        mismatch = _layout_mismatch(run, prep)
-        if mismatch is not None:
-            checked += 1
-            if mismatch:
-                mismatches.append(mismatch)
+    prep = prepare(run_scenario(run, profile, calibration))
+    row = RunRow(
+        model=run["model"],
+        transport=run["transport"],
+        world_size=int(run["world_size"]),
+        bucket_cap_mb=float(run["bucket_cap_mb"]),
+        measured_s=float(run["step_s_median"]),
+        measured_p10_s=run.get("step_s_p10"),
+        measured_p90_s=run.get("step_s_p90"),
+        predicted_s=simulate(prep).step_time_s,
+        held_out=held_out,
+        launch_id=str(run.get("launch_id", "")),
+        option=str(run.get("variant") or "none"),
+        nodes=run_nodes(run),
+        host=host_of(run),
+        fold=fold,
+    )
+    return row, _layout_mismatch(run, prep)
+
+
+def _fingerprint(run: dict[str, Any]) -> str:
+    fp = run.get("fingerprint", {})
+    return (f"{fp.get('gpu_count', run['world_size'])} x {fp.get('gpu_name', '?')}, driver {fp.get('driver', '?')}, "
+            f"torch {fp.get('torch', '?')}, NCCL {fp.get('nccl', '?')}")
+
+
+def _report(
+    measured: Measurements,
+    rows: list[RunRow],
+    layouts: list[str | None],
+    calibration: Calibration | None,
+    subset: dict[str, Any],
+    cross: str | None,
+    folds: list[dict[str, Any]],
+    tolerances: tuple[float, float, float, float],
+    skipped: list[tuple[str, str]] | None = None,
+) -> Validation:
+    checked = [m for m in layouts if m is not None]
     result = Validation(
         rows=rows,
-        allreduce=_check_allreduce(samples, calibration) if calibration is not None else [],
+        allreduce=_check_allreduce(measured.samples, calibration) if calibration is not None else [],
         # only held-out runs: the calibration subset's step times were fitted
         recommendation=_recommendations([r for r in rows if r.held_out]),
-        layouts_checked=checked,
-        layout_mismatches=mismatches,
-        fingerprints=sorted(fingerprints),
+        layouts_checked=len(checked),
+        layout_mismatches=[m for m in checked if m],
+        fingerprints=sorted({_fingerprint(run) for run in measured.runs}),
         calibration_subset=subset,
+        skipped=measured.skipped if skipped is None else skipped,
+        noise=fit_noise(measured.runs),
+        cross=cross,
+        folds=folds,
     )
-    result.failures = _failures(result, max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share)
+    result.failures = _failures(result, *tolerances)
     return result
+
+
+def launch_spread_pct(noise: dict[str, Any], link_class: str) -> float | None:
+    """The mean |difference| between two launches of one configuration, in percent, from the measured
+    launch sigma: E|ln a - ln b| = 2 sigma / sqrt(pi) for two lognormal launches."""
+    sigma = (noise.get(link_class) or {}).get("launch_sigma")
+    if sigma is None:
+        return None
+    return (math.exp(2 * sigma / math.sqrt(math.pi)) - 1) * 100
 
 
 def _failures(v: Validation, max_mape: float, max_error: float, max_ar: float, min_share: float) -> list[str]:

@@ -34,50 +34,36 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-    from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
-    from ddpsim.calibration.measurements import (
-        find_data_files,
-        read_ddp_runs,
-        read_harness_allreduce,
-    )
-    from ddpsim.calibration.validate import in_calibration_subset, profiles_by_model
+    from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements
+    from ddpsim.calibration.fit import write_calibration
 
-    samples = []
-    files: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": []}
-    if args.data_dir:
-        files = find_data_files(args.data_dir)
-        samples = [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
+    measured = load_measurements([args.data_dir]) if args.data_dir else None
+    samples = list(measured.samples) if measured else []
     for spec in args.nccl_tests:
         samples.extend(_nccl_tests_arg(spec))
     if not samples:
         raise ScenarioError("no all-reduce measurements found (harness allreduce.jsonl or --nccl-tests)", file=args.data_dir)
-    links = fit_links(samples)
-    subset = {"bucket_cap_mb": _parse_caps(args.calibration_caps)}
-    overheads = {}
-    runs = [r for path in files["ddp_runs"] for r in read_ddp_runs(path) if in_calibration_subset(r, subset)]
-    runs = [r for r in runs if not r.get("comm_hook")]
-    if runs and not args.links_only:
-        profiles = profiles_by_model(files["profiles"])
-        link_fits = calibration_from_dict({"schema": SCHEMA, "link_classes": links}, "<links fitted just now>")
-        for link_class in sorted({r["transport"] for r in runs}):
-            chosen = [r for r in runs if r["transport"] == link_class]
-            entry = fit_overheads(chosen, profiles, link_fits)
-            worlds = sorted({int(r["world_size"]) for r in chosen})
-            if len(worlds) > 1:
-                entry["by_world_size"] = {
-                    str(w): fit_overheads([r for r in chosen if int(r["world_size"]) == w], profiles, link_fits)
-                    for w in worlds
-                }
-            overheads[link_class] = entry
-            print(f"fitted DDP overheads for {link_class} on {len(chosen)} runs", file=sys.stderr)
+    caps = None if args.calibration_caps == "all" else _parse_caps(args.calibration_caps)
+    data = calibrate(
+        samples,
+        measured.runs if measured else [],
+        measured.profiles if measured else {},
+        caps,
+        links_only=args.links_only,
+        log=lambda line: print(line, file=sys.stderr),
+    )
     meta = {
-        "calibration_subset": subset,
+        "calibration_subset": data["calibration_subset"],
+        "noise": data["noise"],
+        "noise_source": f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
+        if args.data_dir else None,
         "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
         "nccl_tests": list(args.nccl_tests),
     }
-    write_calibration(args.out, links, overheads, meta)
-    _print_calibration(links, overheads)
+    write_calibration(args.out, data["link_classes"], data["overheads"], meta)
+    _print_calibration(data["link_classes"], data["overheads"])
+    for warning in fit_warnings(data):
+        print(f"warning: {warning}", file=sys.stderr)
     print(f"\nwrote {args.out}")
     return 0
 
@@ -134,17 +120,26 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.file import read_calibration
-    from ddpsim.calibration.validate import validate
+    from ddpsim.calibration.validate import cross_validate, validate
     from ddpsim.report.tables import table
 
-    v = validate(
-        args.data_dir,
-        read_calibration(args.calibration) if args.calibration else None,
-        max_mape_pct=args.max_mape,
-        max_error_pct=args.max_error,
-        max_allreduce_error_pct=args.max_allreduce_error,
-        min_recommendation_share=args.min_recommendation_share,
-    )
+    tolerances = {
+        "max_mape_pct": args.max_mape,
+        "max_error_pct": args.max_error,
+        "max_allreduce_error_pct": args.max_allreduce_error,
+        "min_recommendation_share": args.min_recommendation_share,
+    }
+    if args.cross:
+        if args.calibration:
+            raise ScenarioError("--cross builds its own calibrations from the other parts; drop --calibration",
+                                field="--calibration")
+        caps = None if args.calibration_caps == "all" else _parse_caps(args.calibration_caps)
+        if not 1 <= args.jobs <= 1024:
+            raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
+        v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
+                           jobs=args.jobs, **tolerances)
+    else:
+        v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
     if args.json:
         print(json.dumps(_validation_dict(v), indent=2))
     else:
@@ -152,7 +147,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     if args.out:
         _write_validation_dir(v, args.out, table)
         if not args.json:
-            print(f"\nwrote {args.out}/validation.md, predicted_vs_measured.png, bucket_cap_curves.png")
+            print(f"\nwrote {args.out}/validation.md, validation.json, predicted_vs_measured.png, bucket_cap_curves.png")
     return 0 if v.passed else EXIT_FAILED_VALIDATION
 
 
@@ -160,9 +155,14 @@ def _validation_dict(v) -> dict:
     return {
         "passed": v.passed,
         "failures": v.failures,
+        "cross": v.cross,
+        "folds": v.folds,
         "fingerprints": v.fingerprints,
         "calibration_subset": v.calibration_subset,
         "summary": _summary_rows(v),
+        "by_option": _option_rows(v),
+        "noise": v.noise,
+        "skipped": [{"run": run, "reason": reason} for run, reason in v.skipped],
         "runs": [{**r.__dict__, "error_pct": r.error_pct} for r in v.rows],
         "allreduce": [{**r.__dict__, "error_pct": r.error_pct} for r in v.allreduce],
         "recommendation": v.recommendation,
@@ -171,20 +171,47 @@ def _validation_dict(v) -> dict:
     }
 
 
+def _error_stats(rows) -> tuple[float, float, float]:
+    errors = [r.error_pct for r in rows]
+    return sum(abs(e) for e in errors) / len(errors), max(abs(e) for e in errors), sum(errors) / len(errors)
+
+
 def _summary_rows(v) -> list[dict]:
+    from ddpsim.calibration.validate import launch_spread_pct
+
     out = []
-    for transport, rows in v.by_transport().items():
-        errors = [abs(r.error_pct) for r in rows]
-        ar = [abs(r.error_pct) for r in v.allreduce if r.link_class == transport]
+    for link_class, rows in v.by_transport().items():
+        mape, worst, bias = _error_stats(rows)
+        ar = [abs(r.error_pct) for r in v.allreduce if r.link_class == link_class]
         out.append(
             {
-                "transport": transport,
+                "transport": link_class,
                 "held_out_runs": len(rows),
-                "mape_pct": sum(errors) / len(errors),
-                "max_error_pct": max(errors),
+                "mape_pct": mape,
+                "max_error_pct": worst,
+                "mean_signed_error_pct": bias,
+                "launch_spread_pct": launch_spread_pct(v.noise, link_class),
                 "allreduce_max_error_pct": max(ar) if ar else None,
             }
         )
+    return out
+
+
+def _option_rows(v) -> list[dict]:
+    """Per DDP option and link class: the step-time error, and the option's effect (its step over the
+    same model's plain step at the same cap, launch and class) measured and predicted."""
+    plain = {(r.model, r.link_class, r.world_size, r.bucket_cap_mb, r.launch_id): r for r in v.rows if r.option == "none"}
+    out = []
+    for (option, link_class), rows in v.by_option().items():
+        mape, worst, bias = _error_stats(rows)
+        effects = []
+        for r in rows:
+            base = plain.get((r.model, r.link_class, r.world_size, r.bucket_cap_mb, r.launch_id))
+            if option != "none" and base is not None:
+                effects.append((r.model, r.measured_s / base.measured_s, r.predicted_s / base.predicted_s))
+        out.append({"option": option, "transport": link_class, "runs": len(rows), "mape_pct": mape,
+                    "max_error_pct": worst, "mean_signed_error_pct": bias,
+                    "effects": [{"model": m, "measured_ratio": a, "predicted_ratio": b} for m, a, b in effects]})
     return out
 
 
@@ -194,17 +221,24 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     rows = [
         (
             r.model,
-            r.transport,
+            r.option,
+            r.link_class if r.nodes == 1 else f"{r.transport}, {r.nodes} nodes",
             r.world_size,
             f"{r.bucket_cap_mb:g}",
+            r.fold or r.launch_id,
             f"{r.measured_s * 1e3:.2f}",
             f"{r.predicted_s * 1e3:.2f}",
             f"{r.error_pct:+.1f}",
         )
-        for r in sorted(held, key=lambda r: (r.model, r.transport, r.world_size, r.bucket_cap_mb))
+        for r in sorted(held, key=lambda r: (r.model, r.option, r.transport, r.nodes, r.world_size, r.bucket_cap_mb))
     ]
-    lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
-    lines.append(table(("model", "transport", "GPUs", "cap MB", "measured ms", "predicted ms", "error %"), rows, markdown))
+    if v.cross:
+        lines.append(f"Leave-one-{v.cross}-out: each {v.cross}'s runs predicted by a calibration fitted without it "
+                     f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})")
+    else:
+        lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
+    lines.append(table(("model", "option", "link", "GPUs", "cap MB", "fold" if v.cross else "launch",
+                        "measured ms", "predicted ms", "error %"), rows, markdown))
     lines.append("")
     summary = [
         (
@@ -212,19 +246,31 @@ def _validation_text(v, table, markdown: bool = False) -> str:
             s["held_out_runs"],
             f"{s['mape_pct']:.1f}",
             f"{s['max_error_pct']:.1f}",
+            f"{s['mean_signed_error_pct']:+.1f}",
+            "-" if s["launch_spread_pct"] is None else f"{s['launch_spread_pct']:.1f}",
             "-" if s["allreduce_max_error_pct"] is None else f"{s['allreduce_max_error_pct']:.1f}",
         )
         for s in _summary_rows(v)
     ]
-    lines.append(table(("transport", "runs", "MAPE %", "max error %", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
+    lines.append(table(("link class", "runs", "mean |err| %", "max |err| %", "mean err %",
+                        "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
+    options = _option_rows(v)
+    if any(o["option"] != "none" for o in options):
+        lines.append("")
+        lines.append(table(
+            ("option", "link class", "runs", "mean |err| %", "max |err| %", "effect measured / predicted (per model)"),
+            [(o["option"], o["transport"], o["runs"], f"{o['mape_pct']:.1f}", f"{o['max_error_pct']:.1f}",
+              " ".join(f"{e['model']} {e['measured_ratio']:.2f}/{e['predicted_ratio']:.2f}" for e in o["effects"]) or "-")
+             for o in options],
+            markdown,
+        ))
     if held:
         errors = [abs(r.error_pct) for r in held]
-        lines.append(f"\nall held-out runs: MAPE {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
+        lines.append(f"\nall held-out runs: mean |error| {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
     if v.recommendation:
         good = sum(r["within_5pct"] for r in v.recommendation)
         lines.append(f"bucket-cap recommendation within 5% of the measured best: {good} of {len(v.recommendation)} groups")
-        misses = [r for r in v.recommendation if not r["within_5pct"]]
-        for r in misses:
+        for r in (r for r in v.recommendation if not r["within_5pct"]):
             lines.append(
                 f"  miss: {r['model']}/{r['transport']}/w{r['world_size']}: recommended {r['recommended_cap_mb']:g}, "
                 f"best {r['measured_best_cap_mb']:g} ({r['recommended_vs_best_pct']:+.1f}%)"
@@ -232,6 +278,16 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     lines.append(f"bucket layouts: {v.layouts_checked - len(v.layout_mismatches)} of {v.layouts_checked} equal the measured rebuilt layout")
     for mismatch in v.layout_mismatches[:5]:
         lines.append(f"  {mismatch}")
+    if v.skipped:
+        reasons: dict[str, int] = defaultdict(int)
+        for _run, reason in v.skipped:
+            reasons[reason] += 1
+        lines.append(f"not predicted: {len(v.skipped)} records")
+        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            lines.append(f"  {count} x {reason}")
+    for fold in v.folds:
+        for warning in fold.get("warnings", []):
+            lines.append(f"warning (fold {fold['held_out']}): {warning}")
     lines.append("measured on: " + "; ".join(v.fingerprints))
     lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
     return "\n".join(lines)
@@ -248,7 +304,7 @@ def _write_validation_dir(v, out: str, table) -> None:
                 os.path.join(staging, "predicted_vs_measured.png"),
                 [r.measured_s for r in held],
                 [r.predicted_s for r in held],
-                [r.transport for r in held],
+                [r.link_class for r in held],
                 "ddpsim: held-out DDP runs",
             )
         _cap_curves(v, os.path.join(staging, "bucket_cap_curves.png"))
@@ -291,14 +347,19 @@ def register(sub) -> None:
     cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
                      help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
     cal.add_argument("--calibration-caps", default="5,50",
-                     help="bucket caps (MB) whose DDP runs may be used for fitting; the rest stay held out")
+                     help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
     val = sub.add_parser("validate", help="predict held-out measured runs and fail beyond tolerance")
-    val.add_argument("data_dir")
+    val.add_argument("data_dir", nargs="+", help="campaign folders (several: one report over all of them)")
     val.add_argument("--calibration", help="calibration JSON (omit: the scenario defaults, uncalibrated)")
+    val.add_argument("--cross", choices=("model", "launch", "host"),
+                     help="leave one model, launch or host out: each predicted by a calibration fitted on the rest")
+    val.add_argument("--calibration-caps", default="5,50",
+                     help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
+    val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
     val.add_argument("--max-mape", type=float, default=5.0, help="max mean absolute %% error per transport")
     val.add_argument("--max-error", type=float, default=15.0, help="max %% error of any held-out run")
     val.add_argument("--max-allreduce-error", type=float, default=10.0)

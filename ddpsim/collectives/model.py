@@ -368,10 +368,17 @@ class CollectiveModel:
                 if not intra_only and priced.path_latency_s is not None:
                     cached += priced.phase.repeat * self._unit_transfer_s(algorithm, protocol, index)
                     continue
-                per_byte = priced.fraction / (self._rates(priced) * efficiency[priced.transport])
                 if intra_only:
+                    # rates on the node's own links only (network links unbounded): NCCL reads the
+                    # ring's bandwidth inside a node off the node's topology whatever the NICs carry;
+                    # sharing with the NIC's speed made a faster NIC slow the tree
                     local = np.array([t.src_rank // g == t.dst_rank // g for t in priced.phase.transfers])
-                    per_byte = per_byte[local]
+                    if not local.any():
+                        continue
+                    rates = max_min_rates(self._matrix(priced), self._intra_capacity_Bps(), priced.count)
+                    per_byte = (priced.fraction / (rates * efficiency[priced.transport]))[local]
+                else:
+                    per_byte = priced.fraction / (self._rates(priced) * efficiency[priced.transport])
                 if len(per_byte):
                     cached += priced.phase.repeat * float(np.max(per_byte))
             self._seconds_per_byte[key] = cached
@@ -447,6 +454,10 @@ class CollectiveModel:
             active = active[remaining[active] > 1e-9 * wire[active]]
         self._unit_s[key] = elapsed
         return elapsed
+
+    def _intra_capacity_Bps(self) -> np.ndarray:
+        topo = self.topology
+        return np.where(np.asarray(topo.link_class) == "intra", topo.capacity_Bps, 1e30)
 
     def _rates(self, priced: _PricedPhase) -> np.ndarray:
         if priced.rate_Bps is None:

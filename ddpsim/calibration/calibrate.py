@@ -1,0 +1,161 @@
+"""Measured data in, one calibration out: link classes, DDP overheads per class, measured noise.
+
+``ddpsim calibrate`` writes what this builds; every cross-validation fold of ``ddpsim validate``
+builds one the same way from the data its held-out part is not in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
+from ddpsim.calibration.fit import fit_links, fit_noise, fit_overheads
+from ddpsim.calibration.measured_scenarios import run_class, run_label
+from ddpsim.calibration.measurements import (
+    AllReduceSample,
+    find_data_files,
+    read_ddp_runs,
+    read_harness_allreduce,
+)
+from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import read_json_object
+
+# DDP's own arguments a run may record, with the value that means "PyTorch's default": a run with
+# any other value is not a plain run, and the overheads are fitted on plain runs only, so that no
+# option's cost is absorbed into them
+DDP_OPTION_DEFAULTS: dict[str, Any] = {
+    "gradient_as_bucket_view": False,
+    "comm_hook": None,
+    "grad_accumulation_steps": 1,
+    "find_unused_parameters": False,
+    "static_graph": False,
+}
+
+
+@dataclass
+class Measurements:
+    """Everything measured under one or more campaign folders, and what could not be used, with why."""
+
+    samples: list[AllReduceSample]
+    runs: list[dict[str, Any]]
+    profiles: dict[str, str]
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # (run label, reason)
+
+
+def timing_instrumented(run: dict[str, Any]) -> bool:
+    """Runs with the harness's per-bucket timing hook (older campaigns stored it as comm_hook "timing")
+    measure the hook's own cost, not DDP's: they are for per-bucket analysis only."""
+    return bool(run.get("timing_hook")) or run.get("comm_hook") == "timing"
+
+
+def is_plain(run: dict[str, Any]) -> bool:
+    return all(run.get(key, default) in (default, "none") for key, default in DDP_OPTION_DEFAULTS.items())
+
+
+def host_of(run_or_sample: Any) -> str:
+    """The machine a record was measured on: the record's ``host`` if it names one, else its campaign
+    folder (each committed campaign is one machine allocation)."""
+    if isinstance(run_or_sample, dict):
+        return str(run_or_sample.get("host") or os.path.basename(os.path.dirname(run_or_sample["_source"])))
+    return os.path.basename(os.path.dirname(os.path.abspath(run_or_sample.source)))
+
+
+def profiles_by_model(paths: Sequence[str]) -> dict[str, str]:
+    """Model name -> profile path, for the harness's ``profiles/*.json``."""
+    profiles = {}
+    for path in paths:
+        model = read_json_object(path, "profile").get("model")
+        if isinstance(model, str):
+            profiles[model] = path
+    return profiles
+
+
+def load_measurements(data_dirs: Sequence[str]) -> Measurements:
+    """Every campaign folder under ``data_dirs``; runs that cannot be predicted are listed with why."""
+    samples: list[AllReduceSample] = []
+    runs: list[dict[str, Any]] = []
+    profile_paths: list[str] = []
+    skipped: list[tuple[str, str]] = []
+    for data_dir in data_dirs:
+        files = find_data_files(data_dir)
+        if not files["ddp_runs"] and not files["allreduce"]:
+            raise ScenarioError("no ddp_runs.jsonl or allreduce.jsonl under this folder", file=data_dir)
+        samples += [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
+        profile_paths += files["profiles"]
+        for path in files["ddp_runs"]:
+            for run in read_ddp_runs(path, with_failed=True):
+                if run.get("status") != "ok":
+                    skipped.append((f"{path}:{run['_line']}", f"status {run.get('status')!r}: {run.get('error') or 'no step time'}"))
+                else:
+                    runs.append(run)
+    profiles = profiles_by_model(profile_paths)
+    usable = []
+    for run in runs:
+        if timing_instrumented(run):
+            skipped.append((run_label(run), "per-bucket timing hook (its cost is the instrument's)"))
+        elif run["model"] not in profiles:
+            skipped.append((run_label(run), "no measured profile of this model in the folder"))
+        else:
+            usable.append(run)
+    return Measurements(samples, usable, profiles, skipped)
+
+
+def calibrate(
+    samples: Sequence[AllReduceSample],
+    runs: Sequence[dict[str, Any]],
+    profiles: dict[str, str],
+    calibration_caps: Sequence[float] | None,
+    links_only: bool = False,
+    classes: set[str] | None = None,
+    log: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
+    is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
+    Noise is measured on every run given, plain or not (the spread is the measurement's, not a fit)."""
+    if not samples:
+        raise ScenarioError("no all-reduce measurements to fit the link classes")
+    links = fit_links(samples)
+    caps = None if calibration_caps is None else {float(c) for c in calibration_caps}
+    chosen = [
+        r for r in runs
+        if is_plain(r) and (caps is None or float(r["bucket_cap_mb"]) in caps)
+        and (classes is None or run_class(r) in classes)
+    ]
+    overheads: dict[str, Any] = {}
+    if chosen and not links_only:
+        link_fits = calibration_from_dict({"schema": SCHEMA, "link_classes": links}, "<links fitted just now>")
+        for link_class in sorted({run_class(r) for r in chosen}):
+            group = [r for r in chosen if run_class(r) == link_class]
+            overheads[link_class] = _fit_class(group, profiles, link_fits)
+            if log:
+                log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
+    return {
+        "schema": SCHEMA,
+        "link_classes": links,
+        "overheads": overheads,
+        "noise": fit_noise(runs),
+        "calibration_subset": {"bucket_cap_mb": sorted(caps) if caps is not None else "all"},
+    }
+
+
+def _fit_class(runs: Sequence[dict[str, Any]], profiles: dict[str, str], link_fits: Calibration) -> dict[str, Any]:
+    entry = fit_overheads(runs, profiles, link_fits)
+    by_world: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_world[int(run["world_size"])].append(run)
+    if len(by_world) > 1:
+        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits) for w, group in sorted(by_world.items())}
+    return entry
+
+
+def fit_warnings(calibration: dict[str, Any]) -> list[str]:
+    """Every fitted term that ended on the upper bound of its physical range, with where it is."""
+    out = []
+    for link_class, entry in calibration.get("overheads", {}).items():
+        for world, sub in [("all", entry)] + sorted(entry.get("by_world_size", {}).items()):
+            out += [f"overheads.{link_class} ({world} GPUs): {w}" for w in sub.get("warnings", [])]
+    return out

@@ -1,0 +1,130 @@
+"""Leave-one-out validation (``ddpsim validate --cross``) and what validate does with every run record.
+
+The data is a slice of a committed GPU campaign, copied and edited in a temporary folder: the
+expected facts come from the records themselves (which model, which launch), never from ddpsim.
+"""
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ddpsim.calibration.validate import cross_validate, validate
+from ddpsim.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "validation", "data")
+
+
+def _campaign(tmp_path, name, keep, edit=None, folder="camp"):
+    """A copy of campaign ``name`` with only the runs ``keep`` accepts (and ``edit`` applied)."""
+    src = os.path.join(DATA, name)
+    dst = tmp_path / folder
+    dst.mkdir()
+    shutil.copytree(os.path.join(src, "profiles"), dst / "profiles")
+    shutil.copy(os.path.join(src, "allreduce.jsonl"), dst / "allreduce.jsonl")
+    lines = []
+    with open(os.path.join(src, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        for line in handle:
+            run = json.loads(line)
+            if keep(run):
+                lines.append(json.dumps(edit(run) if edit else run))
+    (dst / "ddp_runs.jsonl").write_text("\n".join(lines) + "\n")
+    return str(dst)
+
+
+def _plain_nvlink(models):
+    return lambda r: r["transport"] == "nvlink" and r["model"] in models and r.get("comm_hook") != "timing"
+
+
+def test_leave_one_model_out_never_sees_the_held_out_model(tmp_path):
+    # the held-out model's measured steps doubled: if its runs leaked into its fold's fit, its
+    # predictions would move; they must not change at all
+    models = {"resnet50", "gpt2-124m"}
+    plain = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink(models))
+
+    def doubled(run):
+        return {**run, "step_s_median": 2 * run["step_s_median"]} if run["model"] == "resnet50" else run
+
+    edited = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink(models), doubled, folder="edited")
+    a = cross_validate([plain], "model", [5, 50])
+    b = cross_validate([edited], "model", [5, 50])
+    assert {r.fold for r in a.rows} == models and all(r.fold == r.model for r in a.rows)
+    pred_a = {(r.model, r.bucket_cap_mb): r.predicted_s for r in a.rows}
+    pred_b = {(r.model, r.bucket_cap_mb): r.predicted_s for r in b.rows}
+    for (model, cap), predicted in pred_a.items():
+        if model == "resnet50":
+            assert pred_b[(model, cap)] == predicted
+    # the other model's fold did fit on the doubled runs, so some of its predictions moved
+    assert any(pred_b[k] != pred_a[k] for k in pred_a if k[0] == "gpt2-124m")
+    with open(os.path.join(plain, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        recorded = [json.loads(line)["model"] for line in handle]
+    counts = {m: recorded.count(m) for m in models}
+    for fold in a.folds:
+        assert fold["runs"] == counts[fold["held_out"]]
+        assert fold["training_runs"] == sum(counts.values()) - counts[fold["held_out"]]
+
+
+def test_leave_one_host_out_drops_the_hosts_own_sweeps(tmp_path):
+    keep = _plain_nvlink({"resnet50"})
+    one = _campaign(tmp_path, "h100x2-2026-11-26", keep, folder="hostA")
+    two = _campaign(tmp_path, "h200x2-2026-11-26", keep, folder="hostB")
+    v = cross_validate([one, two], "host", [5, 50])
+    assert {r.fold for r in v.rows} == {"hostA", "hostB"}
+    assert all(r.fold == r.host for r in v.rows)
+    # each fold fitted its links on the other host's sweeps only: one nvlink sweep file each
+    assert all(f["training_sweeps"] == 3 for f in v.folds)
+
+
+def test_cross_needs_two_parts(tmp_path):
+    only = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink({"resnet50"}))
+    assert main(["validate", only, "--cross", "model"]) == 2
+
+
+def test_unknown_run_field_is_refused_with_its_name(tmp_path, capsys):
+    camp = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink({"resnet50"}),
+                     lambda r: {**r, "activation_checkpointing": True})
+    assert main(["validate", camp]) == 2
+    err = capsys.readouterr().err
+    assert "activation_checkpointing" in err and "ddp_runs.jsonl" in err and err.count("\n") == 1
+
+
+def test_runs_not_predicted_are_counted_with_the_reason(tmp_path):
+    src = os.path.join(DATA, "h100x2-2026-11-26", "ddp_runs.jsonl")
+    with open(src, encoding="utf-8") as handle:
+        records = [json.loads(line) for line in handle]
+    timing = sum(r.get("comm_hook") == "timing" for r in records)
+    assert timing > 0
+    camp = _campaign(tmp_path, "h100x2-2026-11-26", lambda r: True,
+                     lambda r: {**r, "status": "failed", "error": "OOM"} if r["bucket_cap_mb"] == 200 else r)
+    failed = sum(r["bucket_cap_mb"] == 200 for r in records)
+    v = validate([camp], None)
+    reasons = [reason for _run, reason in v.skipped]
+    assert sum("timing hook" in r for r in reasons) == sum(
+        r.get("comm_hook") == "timing" and r["bucket_cap_mb"] != 200 for r in records)
+    assert sum("OOM" in r for r in reasons) == failed
+    assert len(v.rows) + len(v.skipped) == len(records)
+
+
+def test_recorded_options_reach_the_prediction(tmp_path):
+    # accumulation over 4 micro-batches: the measured step holds 4 forward+backward passes, and so
+    # must the prediction (it was predicted as one micro-step before)
+    camp = _campaign(tmp_path, "h200x4-options-2026-11-26",
+                     lambda r: r["status"] == "ok" and r["transport"] == "nvlink" and r["model"] == "resnet50"
+                     and r["bucket_cap_mb"] == 25 and r["variant"] in ("none", "accum4", "fp16"))
+    v = validate([camp], None)
+    by_option = {r.option: r for r in v.rows}
+    assert set(by_option) == {"none", "accum4", "fp16"}
+    measured = by_option["accum4"].measured_s / by_option["none"].measured_s
+    predicted = by_option["accum4"].predicted_s / by_option["none"].predicted_s
+    assert measured > 3 and predicted == pytest.approx(measured, rel=0.25)
+    assert by_option["fp16"].predicted_s != by_option["none"].predicted_s
+
+
+def test_multinode_run_without_a_network_fit_is_refused(tmp_path, capsys):
+    camp = _campaign(tmp_path, "h200x4-multinode-2026-11-26",
+                     lambda r: r["status"] == "ok" and r["model"] == "resnet50")
+    assert main(["validate", camp, "--calibration", os.path.join(ROOT, "validation", "calibration-h200x4.json")]) == 2
+    err = capsys.readouterr().err
+    assert ".nodes" in err and "net" in err and err.count("\n") == 1
