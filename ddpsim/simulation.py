@@ -20,6 +20,7 @@ from ddpsim.calibration.file import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
+from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
@@ -98,6 +99,17 @@ def _copy_bandwidth_Bps(scenario: Scenario, gpu: GPUSpec) -> float:
     return gpu.memory_bandwidth_Bps * _COPY_EFFICIENCY
 
 
+def _option_costs(prep: Prepared) -> OptionCosts:
+    """find_unused_parameters / static_graph: their mechanisms and measurements are in ddpsim.ddp.options.
+    Like every other DDP cost here, nothing at world size 1 (simulated as training without DDP)."""
+    workload = prep.workload
+    if prep.scenario.cluster.world_size == 1:
+        return OptionCosts()
+    return option_costs(prep.scenario.ddp, len(workload.params), workload.autograd_nodes,
+                        workload.autograd_nodes_source, workload.output_bytes,
+                        _copy_bandwidth_Bps(prep.scenario, prep.gpu), prep.gpu.kernel_launch_s)
+
+
 def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     scenario, workload, gpu = prep.scenario, prep.workload, prep.gpu
     world = scenario.cluster.world_size
@@ -122,9 +134,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     pre_forward = 0.0
     if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
         pre_forward += allreduce_time_s(workload.buffer_bytes) + overheads.buffer_sync_s
-    if communicating and ddp.find_unused_parameters:
-        # graph walk over every parameter plus the all-reduce of the used-parameter bitmap
-        pre_forward += len(params) * 1e-6 + allreduce_time_s(4 * len(params))
+    options = _option_costs(prep)
     return StepCosts(
         forward_s=prep.compute.forward_s,
         backward_segments=prep.compute.backward_segments,
@@ -135,6 +145,10 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         hook_cast_in_s=cast_in,
         hook_cast_out_s=cast_out,
         pre_forward_s=pre_forward,
+        post_forward_s=options.post_forward_s,
+        param_hook_s=options.per_param_s,
+        end_of_backward_s=options.end_of_backward_s,
+        used_map_allreduce_s=allreduce_time_s(options.used_map_bytes) if communicating and options.used_map_bytes else 0.0,
         # the step process takes the extra fraction (0 = no effect); the scenario states factors >= 1
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
@@ -229,6 +243,12 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     result.mode_reason = mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan)
     result.simulated_ranks = len(ranks)
     result.value_sources = dict(prep.sources)
+    options = _option_costs(prep)
+    if options.nodes_source:
+        result.value_sources[f"autograd nodes ({options.autograd_nodes}, find_unused_parameters' walk)"] = (
+            options.nodes_source)
+    if sc.ddp.find_unused_parameters and not sc.ddp.static_graph and prep.workload.output_bytes is None:
+        result.value_sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
     if sc.calibration is not None:
         interval = sc.calibration.step_interval(link_class_of_type(sc.cluster.intra_node.type), result.step_time_s)
         if interval is not None:

@@ -33,7 +33,12 @@ class StepCosts:
     bucket_launch_s: float
     hook_cast_in_s: tuple[float, ...]  # per bucket, on the compute stream (compression hooks)
     hook_cast_out_s: tuple[float, ...]  # per bucket, on the comm stream after the all-reduce
-    pre_forward_s: float = 0.0  # buffer broadcast and find_unused_parameters' graph walk
+    pre_forward_s: float = 0.0  # buffer broadcast
+    # find_unused_parameters / static_graph (ddpsim.ddp.options names each mechanism and its measurement)
+    post_forward_s: float = 0.0  # after forward: graph walk, _DDPSink, output clone
+    param_hook_s: float = 0.0  # each gradient's hook: the used-map write
+    end_of_backward_s: float = 0.0  # after the last bucket launch: used-map launch, finalize's reads
+    used_map_allreduce_s: float = 0.0  # on DDP's stream after the last bucket; finalize waits for it
     bucket_cpu_s: float = 0.0  # launching a bucket holds up the backward kernels queued after it
     compute_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
@@ -201,6 +206,7 @@ def rank_step(
 
     yield from compute(costs.pre_forward_s, "ddp-pre-forward")
     yield from compute(costs.forward_s, "forward")
+    yield from compute(costs.post_forward_s, "ddp-post-forward")
     trace.forward_end_s = env.now
 
     pending = {b.index: len(b.param_indices) for b in buckets}
@@ -208,6 +214,7 @@ def rank_step(
     for duration_s, ready_params in costs.backward_segments:
         yield from compute(duration_s, "backward")
         for param in ready_params:
+            yield from compute(costs.param_hook_s, "ddp-used-map")
             yield from compute(costs.copy_in_s_per_param[param], "copy-in")
             bucket_index = bucket_of_param[param]
             pending[bucket_index] -= 1
@@ -224,10 +231,14 @@ def rank_step(
             launched.put(bucket)
             next_launch += 1
             yield from compute(costs.bucket_cpu_s, "bucket-launch")
+    yield from compute(costs.end_of_backward_s, "ddp-finalize")
     trace.backward_compute_end_s = env.now
 
     if buckets:
         yield simpy.AllOf(env, list(completions.values()))
+    if costs.used_map_allreduce_s > 0:
+        # serial after the last bucket on DDP's one stream; finalize_backward waits for it
+        yield env.timeout(costs.used_map_allreduce_s)
     trace.backward_end_s = env.now
     yield from compute(costs.copy_out_s, "copy-out")
     yield from compute(costs.optimizer_s, "optimizer")

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.ddp.buckets import bucket_layout
+from ddpsim.planning.option_errors import OPTION_ERRORS
+from ddpsim.planning.option_errors import SOURCE as OPTION_ERRORS_SOURCE
 from ddpsim.results import Result
 from ddpsim.scenario.schema import DEFAULT_BUCKET_CAP_MB, DDPSpec, Scenario
 from ddpsim.units import format_bytes, format_time
@@ -50,6 +52,10 @@ class Alternative:
     helps: bool
     note: str
     paste: str
+    # the measured error of ddpsim's predicted effect of this option (RMS of predicted - measured step
+    # ratio over the options campaign, ddpsim/planning/option_errors.py); None: never measured
+    measured_error: float | None = None
+    confidence: str = ""
 
 
 @dataclass
@@ -206,11 +212,18 @@ def _alternatives(evaluator: _Evaluator, cap: float | None, best: Result) -> lis
         return []
     found: list[Alternative] = []
 
-    def add(setting: str, result: Result, note: str, paste: str) -> None:
-        helps = result.step_time_s < best.step_time_s * (1 - _WORTH_IT)
+    def add(setting: str, result: Result, note: str, paste: str, option: str) -> None:
         gain = 1 - result.step_time_s / best.step_time_s
-        verdict = f"{100 * gain:.1f}% faster than the cap alone" if helps else "no worthwhile gain"
-        found.append(Alternative(setting, result.step_time_s, helps, f"{verdict}; {note}", paste))
+        helps, confidence = judge(gain, option)
+        if helps:
+            verdict = f"{100 * gain:.1f}% faster than the cap alone"
+        elif gain > _WORTH_IT:
+            verdict = f"predicted {100 * gain:.1f}% faster, but within this option's measured error"
+        else:
+            verdict = "no worthwhile gain"
+        error = OPTION_ERRORS.get(option, {}).get("rms_error")
+        found.append(Alternative(setting, result.step_time_s, helps, f"{verdict} ({confidence}); {note}", paste,
+                                 error, confidence))
 
     if not ddp.gradient_as_bucket_view:
         add(
@@ -218,6 +231,7 @@ def _alternatives(evaluator: _Evaluator, cap: float | None, best: Result) -> lis
             evaluator.at_cap(cap, gradient_as_bucket_view=True),
             "gradients alias the buckets: no copy into or out of them, and one gradient-sized buffer less",
             paste_line(cap, gradient_as_bucket_view=True),
+            "gbv",
         )
     for hook in ("bf16", "fp16"):
         if ddp.comm_hook == hook:
@@ -229,8 +243,35 @@ def _alternatives(evaluator: _Evaluator, cap: float | None, best: Result) -> lis
             + ("; bf16 needs NCCL >= 2.10" if hook == "bf16" else "; fp16 can overflow without scaling")
             + ")",
             _HOOK_PASTE[hook],
+            hook,
+        )
+    if ddp.find_unused_parameters and not ddp.static_graph and not evaluator.prepared.workload.unused_params:
+        add(
+            "find_unused_parameters=False",
+            evaluator.at_cap(cap, find_unused_parameters=False),
+            "every parameter gets a gradient, so the per-step graph walk, used-map writes and used-map "
+            "all-reduce are not needed (and DDP rebuilds its buckets in gradient order)",
+            paste_line(cap, find_unused_parameters=False),
+            "find_unused",
         )
     return found
+
+
+def judge(gain: float, option: str) -> tuple[bool, str]:
+    """Whether a predicted relative gain is worth recommending for ``option`` and how sure that is.
+
+    It helps only when the gain is larger than both _WORTH_IT and the measured error of ddpsim's
+    prediction for that option (RMS over the options campaign, ddpsim/planning/option_errors.py).
+    "sure": the gain is at least twice that error; "likely": between one and two errors; "not sure":
+    within one error (or the option's effect was never measured)."""
+    entry = OPTION_ERRORS.get(option)
+    if entry is None:
+        return gain > _WORTH_IT, "not sure: this option's predicted effect was never checked against a measurement"
+    error = float(entry["rms_error"])
+    where = f"measured error +-{100 * error:.1f}% over {entry['n']} runs of {OPTION_ERRORS_SOURCE}"
+    if gain <= max(_WORTH_IT, error):
+        return False, f"not sure: {where}"
+    return True, ("sure" if gain >= 2 * error else "likely") + f": {where}"
 
 
 def _tail_s(result: Result) -> float:

@@ -87,6 +87,11 @@ class Workload:
     # without being called), and DDP rebuilds its buckets in exactly this order. A parameter absent
     # from a non-empty order gets no gradient: unused in forward.
     grad_ready_order: tuple[int, ...] = ()
+    # Autograd nodes reachable from the outputs (what find_unused_parameters' graph walk visits) and
+    # the outputs' bytes (what its _DDPSink clones), with where the count came from; None: not known.
+    autograd_nodes: int | None = None
+    autograd_nodes_source: str = ""
+    output_bytes: int | None = None
 
     @property
     def unused_params(self) -> tuple[int, ...]:

@@ -133,6 +133,13 @@ def load_profile(path: str) -> Workload:
     fingerprint = raw_params and root.data.get("fingerprint")
     if isinstance(fingerprint, dict):
         notes += [f"{k}={v}" for k, v in sorted(fingerprint.items()) if isinstance(v, str | int | float)]
+    # optional: what find_unused_parameters' graph walk visits and its _DDPSink clones
+    nodes = root.get("autograd_nodes", (int,), "an integer >= 0", optional=True)
+    if nodes is not None and nodes < 0:
+        raise root.error("autograd_nodes", f"expected an integer >= 0, got {nodes}")
+    output_bytes = root.get("output_bytes", (int,), "an integer >= 0", optional=True)
+    if output_bytes is not None and output_bytes < 0:
+        raise root.error("output_bytes", f"expected an integer >= 0, got {output_bytes}")
     return Workload(
         name=model,
         layers=tuple(layers),
@@ -142,4 +149,7 @@ def load_profile(path: str) -> Workload:
         buffer_bytes=int(buffers),
         measured=measured,
         notes=tuple(notes),
+        autograd_nodes=nodes,
+        autograd_nodes_source=f"profile {path}" if nodes is not None else "",
+        output_bytes=output_bytes,
     )

@@ -180,6 +180,8 @@ class _Trace:
         self.first_work: dict[str, int] = {}
         # DDP parameter indices in the order autograd accumulated their gradients in the backward
         self.ready: list[int] = []
+        self.autograd_nodes = 0
+        self.output_bytes = 0
 
 
 def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[int, str]) -> Any:
@@ -309,6 +311,8 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
                 output = model(*args, **kwargs)
             forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
             outs = [t for t in _output_tensors(torch, output) if t.requires_grad]
+            trace.autograd_nodes = count_autograd_nodes(outs)
+            trace.output_bytes = sum(t.numel() * elt for t in outs)
             backward_ran = bool(outs)
             if backward_ran:
                 sum(t.float().sum() for t in outs).backward()
@@ -339,6 +343,21 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
     fwd = own(forward)
     bwd = {k: v - fwd.get(k, 0.0) for k, v in own(total).items()}
     return trace, fwd, bwd, backward_ran
+
+
+def count_autograd_nodes(outputs: list[Any]) -> int:
+    """The nodes DDP's ``Reducer::search_unused_parameters`` visits: every node reachable from the
+    outputs' grad_fn along ``next_functions`` (the outputs' own grad_fn counted once each)."""
+    seen: set[Any] = set()
+    queue = [t.grad_fn for t in outputs if t.grad_fn is not None]
+    seen.update(queue)
+    while queue:
+        fn = queue.pop()
+        for nxt, _ in fn.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                queue.append(nxt)
+    return len(seen)
 
 
 def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None) -> Workload:
@@ -433,6 +452,9 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         buffer_bytes=int(sum(b.numel() * b.element_size() for b in model.buffers())),
         forward_order=forward_order if forward_order != tuple(range(len(names))) else (),
         grad_ready_order=tuple(trace.ready) if backward_ran else (),
+        autograd_nodes=trace.autograd_nodes if backward_ran else None,
+        autograd_nodes_source="counted by the torch importer (the graph walk of find_unused_parameters)",
+        output_bytes=trace.output_bytes if backward_ran else None,
         notes=(f"torch:{spec}",) + (() if backward_ran else ("backward FLOPs estimated as 2x forward",)),
     )
 
