@@ -162,12 +162,12 @@ def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibratio
 
 def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
     """Per (model, transport, world): is the cap with the lowest PREDICTED time within 5% of the measured best?"""
-    by_launch: dict[tuple[str, str, int], dict[str, list[RunRow]]] = defaultdict(lambda: defaultdict(list))
+    by_launch: dict[tuple[str, str, int, str], dict[str, list[RunRow]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
         if row.option == "none":
-            by_launch[(row.model, row.link_class, row.world_size)][row.launch_id].append(row)
+            by_launch[(row.model, row.link_class, row.world_size, row.host)][row.launch_id].append(row)
     out = []
-    for (model, transport, world), launches in sorted(by_launch.items()):
+    for (model, transport, world, host), launches in sorted(by_launch.items()):
         # caps are compared within one launch: between launches the same run can differ by 15%
         group = max(launches.values(), key=lambda rs: len({r.bucket_cap_mb for r in rs}))
         if len(group) < 2:
@@ -180,6 +180,7 @@ def _recommendations(rows: Sequence[RunRow]) -> list[dict[str, Any]]:
                 "model": model,
                 "transport": transport,
                 "world_size": world,
+                "host": host,
                 "recommended_cap_mb": recommended.bucket_cap_mb,
                 "measured_best_cap_mb": best.bucket_cap_mb,
                 "recommended_vs_best_pct": (recommended.measured_s / best.measured_s - 1) * 100,

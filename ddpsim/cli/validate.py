@@ -272,7 +272,7 @@ def _validation_text(v, table, markdown: bool = False) -> str:
         lines.append(f"bucket-cap recommendation within 5% of the measured best: {good} of {len(v.recommendation)} groups")
         for r in (r for r in v.recommendation if not r["within_5pct"]):
             lines.append(
-                f"  miss: {r['model']}/{r['transport']}/w{r['world_size']}: recommended {r['recommended_cap_mb']:g}, "
+                f"  miss: {r['model']}/{r['transport']}/w{r['world_size']} ({r['host']}): recommended {r['recommended_cap_mb']:g}, "
                 f"best {r['measured_best_cap_mb']:g} ({r['recommended_vs_best_pct']:+.1f}%)"
             )
     lines.append(f"bucket layouts: {v.layouts_checked - len(v.layout_mismatches)} of {v.layouts_checked} equal the measured rebuilt layout")
@@ -319,7 +319,7 @@ def _cap_curves(v, path: str) -> None:
 
     groups = defaultdict(list)
     for r in v.rows:
-        groups[(r.model, r.transport, r.world_size)].append(r)
+        groups[(r.model, r.link_class, r.world_size, r.host)].append(r)
     panels = []
     for key in sorted(groups):
         launches = defaultdict(list)
@@ -330,7 +330,7 @@ def _cap_curves(v, path: str) -> None:
         rows = sorted(launches.pop(main_launch), key=lambda r: r.bucket_cap_mb)
         repeats = [r for rs in launches.values() for r in rs]
         panels.append({
-            "title": f"{key[0]} {key[1]} x{key[2]}",
+            "title": f"{key[0]} {key[1]} x{key[2]} ({key[3]})",
             "caps": [r.bucket_cap_mb for r in rows],
             "measured_s": [r.measured_s for r in rows],
             "predicted_s": [r.predicted_s for r in rows],
