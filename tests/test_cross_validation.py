@@ -128,3 +128,15 @@ def test_multinode_run_without_a_network_fit_is_refused(tmp_path, capsys):
     assert main(["validate", camp, "--calibration", os.path.join(ROOT, "validation", "calibration-h200x4.json")]) == 2
     err = capsys.readouterr().err
     assert ".nodes" in err and "net" in err and err.count("\n") == 1
+
+
+def test_runs_on_a_link_nobody_swept_are_left_out_with_the_reason(tmp_path):
+    # the options campaign swept NVLink only: its socket runs cannot be calibrated, and say so
+    camp = _campaign(tmp_path, "h200x4-options-2026-11-26",
+                     lambda r: r["status"] == "ok" and r["model"] in ("resnet50", "gpt2-124m") and r["variant"] == "none")
+    v = cross_validate([camp], "model", None)
+    assert {r.transport for r in v.rows} == {"nvlink"}
+    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        sockets = sum(json.loads(line)["transport"] == "socket" for line in handle)
+    assert sockets > 0
+    assert sum("no socket sweeps" in reason for _run, reason in v.skipped) == sockets

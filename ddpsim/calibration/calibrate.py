@@ -14,7 +14,7 @@ from typing import Any
 
 from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_links, fit_noise, fit_overheads
-from ddpsim.calibration.measured_scenarios import run_class, run_label
+from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import (
     AllReduceSample,
     find_data_files,
@@ -23,6 +23,7 @@ from ddpsim.calibration.measurements import (
 )
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
 # DDP's own arguments a run may record, with the value that means "PyTorch's default": a run with
 # any other value is not a plain run, and the overheads are fitted on plain runs only, so that no
@@ -123,7 +124,7 @@ def calibrate(
     chosen = [
         r for r in runs
         if is_plain(r) and (caps is None or float(r["bucket_cap_mb"]) in caps)
-        and (classes is None or run_class(r) in classes)
+        and (classes is None or run_class(r) in classes) and _has_link_fits(r, links)
     ]
     overheads: dict[str, Any] = {}
     if chosen and not links_only:
@@ -140,6 +141,14 @@ def calibrate(
         "noise": fit_noise(runs),
         "calibration_subset": {"bucket_cap_mb": sorted(caps) if caps is not None else "all"},
     }
+
+
+def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
+    """Overheads are fitted on top of the links: a run whose links were not measured (sockets without
+    a sweep) cannot say anything about them."""
+    if run_nodes(run) > 1 and INTER_NODE_LINK_CLASS not in links:
+        return False
+    return run_nodes(run) == int(run["world_size"]) or str(run["transport"]) in links
 
 
 def _fit_class(runs: Sequence[dict[str, Any]], profiles: dict[str, str], link_fits: Calibration) -> dict[str, Any]:

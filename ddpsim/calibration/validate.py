@@ -333,13 +333,13 @@ def _sample_key(cross: str, sample: AllReduceSample) -> str | None:
 
 
 def _unpredictable(run: dict[str, Any], calibration: Calibration) -> str:
-    link_class = run_class(run)
-    if link_class not in calibration.overheads:
-        return f"no other {link_class} runs to fit its DDP overheads on"
-    if run_nodes(run) > 1 and calibration.link_fit(INTER_NODE_LINK_CLASS, int(run["world_size"]), run_nodes(run)) is None:
-        return "no other multi-node sweeps to fit the network on"
-    if calibration.link_fit(str(run["transport"]), int(run["world_size"]), run_nodes(run)) is None:
-        return f"no other {run['transport']} sweeps to fit the link on"
+    nodes, world = run_nodes(run), int(run["world_size"])
+    if nodes > 1 and calibration.link_fit(INTER_NODE_LINK_CLASS, world, nodes) is None:
+        return "no multi-node sweeps outside it to fit the network on"
+    if nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None:
+        return f"no {run['transport']} sweeps outside it to fit the link on"
+    if run_class(run) not in calibration.overheads:
+        return f"no {run_class(run)} runs outside it to fit the DDP overheads on"
     return ""
 
 
