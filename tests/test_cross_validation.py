@@ -140,3 +140,18 @@ def test_runs_on_a_link_nobody_swept_are_left_out_with_the_reason(tmp_path):
         sockets = sum(json.loads(line)["transport"] == "socket" for line in handle)
     assert sockets > 0
     assert sum("no socket sweeps" in reason for _run, reason in v.skipped) == sockets
+
+
+def test_profiles_slower_than_the_runs_compute_are_named():
+    # the H100 campaign's world-size-1 profile of mlp-ln-64 (22.4 ms) is slower than the compute-only
+    # (no_sync) steps its own 4-GPU runs measured: validate must say so beside the errors
+    camp = os.path.join(DATA, "h100x4-options-2026-11-26")
+    with open(os.path.join(camp, "profiles", "mlp-ln-64.json"), encoding="utf-8") as handle:
+        profile_s = json.load(handle)["step_s"]
+    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        nosync = sorted(r["nosync_step_s_median"] for r in map(json.loads, handle)
+                        if r["model"] == "mlp-ln-64" and r.get("nosync_step_s_median"))
+    assert profile_s > 1.1 * nosync[len(nosync) // 2]
+    v = validate([camp], None)
+    assert any("mlp-ln-64" in w and "slower than the runs' compute" in w for w in v.profile_warnings)
+    assert not any("resnet50" in w for w in v.profile_warnings)

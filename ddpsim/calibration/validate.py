@@ -83,6 +83,7 @@ class Validation:
     noise: dict[str, Any] = field(default_factory=dict)  # measured spread per link class (fit_noise)
     cross: str | None = None
     folds: list[dict[str, Any]] = field(default_factory=list)
+    profile_warnings: list[str] = field(default_factory=list)
 
     def held_out(self) -> list[RunRow]:
         return [r for r in self.rows if r.held_out]
@@ -413,9 +414,41 @@ def _report(
         noise=fit_noise(measured.runs),
         cross=cross,
         folds=folds,
+        profile_warnings=_profile_warnings(measured.runs, measured.profiles),
     )
     result.failures = _failures(result, *tolerances)
     return result
+
+
+PROFILE_SPREAD_WARNING = 1.25  # p90 / p10 of a profile's backward time
+
+
+PROFILE_VS_NOSYNC_WARNING = 1.10  # profile step / the runs' own compute-only (no_sync) step
+
+
+def _profile_warnings(runs: Sequence[dict[str, Any]], profiles: dict[str, str]) -> list[str]:
+    """Profiles that cannot carry an accurate prediction, said beside the errors rather than left to
+    be read as simulator error: one whose backward time varies widely from step to step (a host-bound
+    model whose Python and launch overheads fluctuate), and one slower than the compute-only step
+    (DDP under ``no_sync``) the runs themselves measured, which no communication model can undo."""
+    from statistics import median
+
+    from ddpsim.jsonfile import read_json_object
+
+    out = []
+    for model in sorted({str(r["model"]) for r in runs}):
+        data = read_json_object(profiles[model], "profile")
+        p10, p90 = data.get("backward_s_p10"), data.get("backward_s_p90")
+        if isinstance(p10, int | float) and isinstance(p90, int | float) and p10 > 0 and p90 / p10 > PROFILE_SPREAD_WARNING:
+            out.append(f"profile of {model}: backward p10 {p10 * 1e3:.1f} ms, p90 {p90 * 1e3:.1f} ms over its steps "
+                       f"({profiles[model]}): its runs cannot be predicted closer than this spread")
+        nosync = [float(r["nosync_step_s_median"]) for r in runs
+                  if r["model"] == model and isinstance(r.get("nosync_step_s_median"), int | float)]
+        step = data.get("step_s")
+        if nosync and isinstance(step, int | float) and step > PROFILE_VS_NOSYNC_WARNING * median(nosync):
+            out.append(f"profile of {model}: step {step * 1e3:.1f} ms at world size 1, but the runs' own compute-only "
+                       f"(no_sync) step is {median(nosync) * 1e3:.1f} ms: the profile is slower than the runs' compute")
+    return out
 
 
 def launch_spread_pct(noise: dict[str, Any], link_class: str) -> float | None:

@@ -162,6 +162,7 @@ def _validation_dict(v) -> dict:
         "summary": _summary_rows(v),
         "by_option": _option_rows(v),
         "noise": v.noise,
+        "profile_warnings": v.profile_warnings,
         "skipped": [{"run": run, "reason": reason} for run, reason in v.skipped],
         "runs": [{**r.__dict__, "error_pct": r.error_pct} for r in v.rows],
         "allreduce": [{**r.__dict__, "error_pct": r.error_pct} for r in v.allreduce],
@@ -285,6 +286,8 @@ def _validation_text(v, table, markdown: bool = False) -> str:
         lines.append(f"not predicted: {len(v.skipped)} records")
         for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
             lines.append(f"  {count} x {reason}")
+    for warning in v.profile_warnings:
+        lines.append(f"warning: {warning}")
     for fold in v.folds:
         for warning in fold.get("warnings", []):
             lines.append(f"warning (fold {fold['held_out']}): {warning}")
