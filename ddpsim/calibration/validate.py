@@ -55,6 +55,11 @@ class RunRow:
     def link_class(self) -> str:
         return INTER_NODE_LINK_CLASS if self.nodes > 1 else self.transport
 
+    @property
+    def group(self) -> str:
+        """What the summary reports one line for: a link class, and the network per shape."""
+        return f"{INTER_NODE_LINK_CLASS} {self.nodes}x{self.world_size // self.nodes}" if self.nodes > 1 else self.transport
+
 
 @dataclass(frozen=True)
 class AllReduceRow:
@@ -91,7 +96,7 @@ class Validation:
     def by_transport(self) -> dict[str, list[RunRow]]:
         groups: dict[str, list[RunRow]] = defaultdict(list)
         for row in self.held_out():
-            groups[row.link_class].append(row)
+            groups[row.group].append(row)
         return dict(sorted(groups.items()))
 
     def by_option(self) -> dict[tuple[str, str], list[RunRow]]:

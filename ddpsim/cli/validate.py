@@ -181,12 +181,13 @@ def _summary_rows(v) -> list[dict]:
     from ddpsim.calibration.validate import launch_spread_pct
 
     out = []
-    for link_class, rows in v.by_transport().items():
+    for group, rows in v.by_transport().items():
+        link_class = rows[0].link_class
         mape, worst, bias = _error_stats(rows)
-        ar = [abs(r.error_pct) for r in v.allreduce if r.link_class == link_class]
+        ar = [abs(r.error_pct) for r in v.allreduce if r.link_class == group]
         out.append(
             {
-                "transport": link_class,
+                "transport": group,
                 "held_out_runs": len(rows),
                 "mape_pct": mape,
                 "max_error_pct": worst,
