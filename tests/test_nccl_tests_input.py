@@ -47,3 +47,54 @@ def test_bad_nccl_tests_file(tmp_path):
         read_nccl_tests(str(bad), "nvlink", 2)
     assert main(["calibrate", "--nccl-tests", f"{bad}:nvlink", "--out", str(tmp_path / "c.json")]) == 2
     assert not (tmp_path / "c.json").exists()
+
+
+def _rows(path):
+    with open(path, encoding="utf-8") as handle:
+        return handle.read().splitlines()
+
+
+SOURCE = os.path.join(DATA, "allreduce_nvlink_w4.txt")
+
+
+@pytest.mark.parametrize("prefix", ["[1,0]<stdout>:", "0: "])
+def test_launcher_prefixes_are_read(tmp_path, prefix):
+    # mpirun --tag-output and srun -l put their prefix on every line, header and rows alike
+    tagged = tmp_path / "tagged.txt"
+    tagged.write_text("\n".join(prefix + line for line in _rows(SOURCE)) + "\n")
+    plain = read_nccl_tests(SOURCE, "nvlink", 4)
+    assert [(s.bytes, s.time_s) for s in read_nccl_tests(str(tagged), "nvlink", 4)] == [(s.bytes, s.time_s) for s in plain]
+
+
+def test_twelve_column_layout_without_root(tmp_path):
+    # nccl-tests before the root column: size count type redop time algbw busbw #wrong (x2)
+    lines = []
+    for line in _rows(SOURCE):
+        fields = line.split()
+        if fields and fields[0].isdigit() and not line.startswith("#"):
+            del fields[4]
+            line = "  ".join(fields)
+        lines.append(line)
+    old = tmp_path / "old.txt"
+    old.write_text("\n".join(lines) + "\n")
+    expected = [(s.bytes, s.time_s) for s in read_nccl_tests(SOURCE, "nvlink", 4)]
+    assert [(s.bytes, s.time_s) for s in read_nccl_tests(str(old), "nvlink", 4)] == expected
+    in_place = read_nccl_tests(str(old), "nvlink", 4, in_place=True)
+    assert [s.time_s for s in in_place] == [s.time_s for s in read_nccl_tests(SOURCE, "nvlink", 4, in_place=True)]
+
+
+def test_header_that_disagrees_with_the_given_ranks_or_nodes(tmp_path, capsys):
+    # the committed file's header lists 4 ranks on one host
+    with pytest.raises(ScenarioError, match="lists 4 ranks, but 8"):
+        read_nccl_tests(SOURCE, "nvlink", 8)
+    two_hosts = tmp_path / "two_hosts.txt"
+    two_hosts.write_text("\n".join(
+        line.replace(" on       host ", " on      nodeB ") if line.startswith("#  Rank  2") or line.startswith("#  Rank  3")
+        else line for line in _rows(SOURCE)) + "\n")
+    with pytest.raises(ScenarioError, match="2 hosts, but 1 nodes"):
+        read_nccl_tests(str(two_hosts), "nvlink", 4, 1)
+    assert read_nccl_tests(str(two_hosts), "nvlink", 4, 2)[0].nodes == 2
+    assert main(["calibrate", "--nccl-tests", f"{two_hosts}:nvlink:4", "--out", str(tmp_path / "c.json")]) == 2
+    err = capsys.readouterr().err
+    assert "two_hosts.txt" in err and "NODES" in err and err.count("\n") == 1
+    assert not (tmp_path / "c.json").exists()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,24 +107,56 @@ def record_nodes(record: dict[str, Any], path: str, where: str) -> int:
     return nodes
 
 
+# launcher prefixes on every line: mpirun --tag-output "[1,0]<stdout>:", srun -l "0: "
+_LAUNCHER_PREFIX = re.compile(r"^(\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
+_REDUCE_OPS = {"sum", "prod", "min", "max", "avg", "mulsum", "premulsum"}
+
+
 def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False) -> list[AllReduceSample]:
-    """nccl-tests ``all_reduce_perf`` output: rows of size, count, type, redop, root, time, algbw, busbw, #wrong x2."""
+    """nccl-tests ``all_reduce_perf`` output: per row size, count, type, redop, [root,] then time,
+    algbw, busbw, #wrong out of place and the same in place (13 columns; 12 before nccl-tests added
+    the root column). Lines may carry mpirun's ``--tag-output`` or srun's ``-l`` prefix."""
     samples = []
-    for number, line in enumerate(_open_text(path).splitlines(), start=1):
+    text = "\n".join(_LAUNCHER_PREFIX.sub("", line, count=1) for line in _open_text(path).splitlines())
+    for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
             continue
-        if len(fields) < 13:
-            raise ScenarioError(f"line {number}: expected 13 columns of all_reduce_perf, got {len(fields)}", file=path)
+        # the op column is followed by the root column in the 13-column layout, by the time in the 12
+        with_root = len(fields) >= 13 and fields[3].lower() in _REDUCE_OPS and fields[4].lstrip("-").isdigit()
+        if len(fields) < 12 or (len(fields) < 13 and not (len(fields) == 12 and fields[3].lower() in _REDUCE_OPS)):
+            raise ScenarioError(f"line {number}: expected the 12 or 13 columns of all_reduce_perf, got {len(fields)}",
+                                file=path)
+        first = 5 if with_root else 4
         try:
             size = int(fields[0])
-            time_us = float(fields[9] if in_place else fields[5])
+            time_us = float(fields[first + 4] if in_place else fields[first])
         except ValueError:
             raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
         samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
     if not samples:
         raise ScenarioError("no all_reduce_perf rows found", file=path)
+    _check_header(path, text, world_size, nodes)
     return samples
+
+
+_RANK_LINE = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
+
+
+def _check_header(path: str, text: str, world_size: int, nodes: int) -> None:
+    """nccl-tests lists every rank and its host in the header: a file that says otherwise than the
+    ranks and nodes given would be fitted as a shape it never measured."""
+    hosts = [m.group(1) for line in text.splitlines() if (m := _RANK_LINE.match(line.strip()))]
+    if not hosts:
+        return  # a header without the rank lines (trimmed output) says nothing to check
+    if len(hosts) != world_size:
+        raise ScenarioError(f"the header lists {len(hosts)} ranks, but {world_size} were given", file=path,
+                            field="--nccl-tests WORLD_SIZE")
+    distinct = len(set(hosts))
+    # several nodes on one host name is the harness's emulation (NCCL_HOSTID); several hosts must match
+    if distinct > 1 and distinct != nodes:
+        raise ScenarioError(f"the header lists {distinct} hosts, but {nodes} nodes were given", file=path,
+                            field="--nccl-tests NODES")
 
 
 def read_ddp_runs(path: str, with_failed: bool = False) -> list[dict[str, Any]]:
