@@ -98,3 +98,17 @@ def test_header_that_disagrees_with_the_given_ranks_or_nodes(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "two_hosts.txt" in err and "NODES" in err and err.count("\n") == 1
     assert not (tmp_path / "c.json").exists()
+
+
+def test_a_sweep_cut_short_is_refused(tmp_path, capsys):
+    # the committed 4-GPU NVLink sweep up to 256 KiB only: 76 us against 68 us at 4 KiB, still on its
+    # latency floor; fitted, it gave 54 GB/s of bus bandwidth for a link that measured 350
+    cut = tmp_path / "cut.txt"
+    rows = _rows(SOURCE)
+    keep = [line for line in rows if not (line.split() and line.split()[0].isdigit() and int(line.split()[0]) > 262144)]
+    cut.write_text("\n".join(keep) + "\n")
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--nccl-tests", f"{cut}:nvlink:4", "--links-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "cut.txt" in err and "latency floor" in err and err.count("\n") == 1
+    assert not out.exists()

@@ -53,6 +53,7 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     used = [s for s in samples if s.bytes >= MIN_FIT_BYTES]
     if len(used) < 3:
         raise ScenarioError("fewer than three all-reduce sizes to fit", file=samples[0].source if samples else None)
+    _check_reaches_bandwidth(used)
     link_class = used[0].link_class
     fits = fit_protocols([s.bytes for s in used], [s.world_size for s in used], [s.time_s for s in used], with_floor=True)
     floor_s = fits.pop("floor").base_s
@@ -98,6 +99,25 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         "fit_mean_error_pct": sum(errors) / len(errors),
         "fit_max_error_pct": max(errors),
     }
+
+
+MIN_BANDWIDTH_SPAN = 2.0  # the largest size's time over the smallest's, per sweep
+
+
+def _check_reaches_bandwidth(samples: Sequence[AllReduceSample]) -> None:
+    """A sweep whose largest size takes barely longer than its smallest never left the latency floor
+    (a run cut short): its bandwidth would be an extrapolation, e.g. 54 GB/s for 350 GB/s NVLink."""
+    by_sweep: dict[tuple[str, int, int], list[AllReduceSample]] = defaultdict(list)
+    for s in samples:
+        by_sweep[(s.source, s.world_size, s.nodes)].append(s)
+    for (source, world, _nodes), group in by_sweep.items():
+        smallest = min(group, key=lambda s: s.bytes)
+        largest = max(group, key=lambda s: s.bytes)
+        if largest.time_s < MIN_BANDWIDTH_SPAN * smallest.time_s:
+            raise ScenarioError(
+                f"the sweep on {world} GPUs stops at {largest.bytes} bytes, still on its latency floor "
+                f"({largest.time_s * 1e6:.1f} us vs {smallest.time_s * 1e6:.1f} us at {smallest.bytes} bytes): "
+                "no bandwidth can be fitted (a truncated run?)", file=source, field="bytes")
 
 
 def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:

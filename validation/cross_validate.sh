@@ -1,0 +1,24 @@
+#!/bin/sh
+# Re-measure the cross-validated accuracy tables of the README ("Accuracy as measured") from the
+# committed campaigns: each report's validation.md lands in validation/reports/<split>/.
+# About 25 minutes of CPU on a 2-core machine. Exit status: that of the last report (1 = past tolerance).
+set -u
+D=validation/data
+R=validation/reports
+report() {
+    name=$1; shift
+    tmp=$(mktemp -d)
+    ddpsim validate "$@" --jobs 2 --out "$tmp/out" > /dev/null
+    status=$?
+    mkdir -p "$R/$name" && cp "$tmp/out/validation.md" "$R/$name/validation.md"
+    rm -rf "$tmp"
+    echo "$name: exit $status"
+}
+report cross-host $D/h200x4-2026-11-26 $D/h200x4-2026-11-26b $D/h200x2-2026-11-26 $D/h100x2-2026-11-26 --cross host
+report cross-launch $D/h200x4-2026-11-26 $D/h200x4-2026-11-26b --cross launch
+report cross-model $D/h200x4-2026-11-26 --cross model
+report cross-model-options $D/h200x4-options-2026-11-26 --cross model --calibration-caps all
+report cross-launch-multinode $D/h200x4-multinode-2026-11-26 --cross launch --calibration-caps all
+report heldout-h100x4-multinode $D/h100x4-multinode-2026-11-26 --calibration validation/calibration-h200x4-multinode.json
+report heldout-h100x4-options $D/h100x4-options-2026-11-26 --calibration validation/calibration-h200x4.json
+report heldout-h200x4-options $D/h200x4-options-2026-11-26 --calibration validation/calibration-h200x4.json
