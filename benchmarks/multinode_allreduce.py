@@ -42,7 +42,8 @@ def _shape(record: dict[str, Any]) -> str:
 def _samples(record: dict[str, Any], path: str) -> list[AllReduceSample]:
     link_class = "net" if record["nodes"] > 1 else record["transport"]
     return [
-        AllReduceSample(link_class, record["world_size"], record["nodes"], row["bytes"], row["time_us_median"] * 1e-6, path)
+        AllReduceSample(link_class, record["world_size"], record["nodes"], row["bytes"], row["time_us_median"] * 1e-6, path,
+                        nccl_protocol=str(row.get("nccl_proto") or "").lower() or None)
         for row in record["rows"]
     ]
 

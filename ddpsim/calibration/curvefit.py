@@ -8,6 +8,7 @@ path, a few tens of microseconds), so the measured curve is max(floor, min_p T_p
 minimises the squared log error of that curve (4 KiB and 1 GiB weigh the same) over the ten
 parameters, in log space so every parameter stays positive, with scipy's Nelder-Mead
 started from per-size-range linear fits and restarted from its own best until it stops improving.
+The three curves are named LL, LL128, Simple in order of bandwidth, as NCCL's protocols are.
 """
 
 from __future__ import annotations
@@ -131,9 +132,14 @@ def fit_protocols(
         finishes.append((point_loss, point))
     best = min(finishes, key=lambda pair: pair[0])[1]
     params, floor = unpack(best)
+    # The envelope does not say which curve is which protocol; NCCL's protocols are ordered by
+    # bandwidth (LL moves 8 bytes per 16, LL128 120 per 128, Simple all of them), so the curves are
+    # named in that order. Otherwise a forced Tree, which NCCL runs with Simple at large sizes, could
+    # be priced on a curve fitted to 4 KiB calls (0.3 GB/s where the network gave 5).
+    order = np.argsort(params[:, 2])[::-1]  # seconds per byte, largest first: LL, LL128, Simple
     fits = {
         name: ProtocolFit(base_s=float(params[i, 0]), hop_s=float(params[i, 1]), busbw_Bps=float(1.0 / params[i, 2]))
-        for i, name in enumerate(PROTOCOL_NAMES)
+        for name, i in zip(PROTOCOL_NAMES, order, strict=True)
     }
     if with_floor:
         fits["floor"] = ProtocolFit(base_s=floor, hop_s=0.0, busbw_Bps=float("inf"))

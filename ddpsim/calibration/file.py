@@ -229,6 +229,7 @@ def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) ->
     class's hop latencies and efficiencies for the hops inside a node."""
     if network is None or intra is None:
         return network or intra
+    # one protocol runs a collective end to end: what NCCL enables across the network holds for it
     return replace(
         network,
         hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},

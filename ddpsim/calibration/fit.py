@@ -57,6 +57,7 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     link_class = used[0].link_class
     fits = fit_protocols([s.bytes for s in used], [s.world_size for s in used], [s.time_s for s in used], with_floor=True)
     floor_s = fits.pop("floor").base_s
+    fits = _named_by_nccl_log(fits, used)
     chosen = {envelope_s(fits, s.bytes, s.world_size)[1] for s in used}
     reference_Bps = max(fits[p].busbw_Bps for p in chosen)
     if link_class not in LINK_CLASSES:
@@ -73,11 +74,15 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         fit = fits[protocol if protocol in chosen else widest]
         base[protocol], hops[protocol] = fit.base_s, fit.hop_s
         efficiency[protocol] = min(1.0, fit.busbw_Bps / reference_Bps)
+    # the protocols NCCL's own log showed it running (it enables LL128 only on some systems: never
+    # across the sockets network of the multi-node campaigns); without a log, all of them
+    ran = {s.nccl_protocol for s in used if s.nccl_protocol}
     table = ProtocolTable(
         base_latency_s={(family, p): base[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
         hop_latency_s={(transport, family, p): hops[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
         transport_efficiency={(transport, p): efficiency[p] for p in PROTOCOL_NAMES},
         hop_latency_mode="absolute",
+        protocols=tuple(p for p in PROTOCOL_NAMES if p in ran) if ran else PROTOCOL_NAMES,
     )
     errors = [abs(envelope_s(fits, s.bytes, s.world_size, floor_s)[0] / s.time_s - 1) * 100 for s in used]
     return {
@@ -99,6 +104,27 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         "fit_mean_error_pct": sum(errors) / len(errors),
         "fit_max_error_pct": max(errors),
     }
+
+
+def _named_by_nccl_log(fits: dict[str, Any], samples: Sequence[AllReduceSample]) -> dict[str, Any]:
+    """Name each fitted curve after the protocol NCCL's log says it ran at the sizes where that curve
+    is the fastest (most such sizes win); curves the log does not name keep their bandwidth order.
+    Two curves of nearly the same bandwidth cannot be told apart by bandwidth; the log can."""
+    votes: dict[tuple[str, str], int] = defaultdict(int)
+    for s in samples:
+        if s.nccl_protocol:
+            votes[(envelope_s(fits, s.bytes, s.world_size)[1], s.nccl_protocol)] += 1
+    if not votes:
+        return fits
+    names: dict[str, str] = {}
+    for (curve, protocol), _count in sorted(votes.items(), key=lambda kv: -kv[1]):
+        if curve not in names and protocol not in names.values():
+            names[curve] = protocol
+    rest = [p for p in PROTOCOL_NAMES if p not in names.values()]
+    for curve in PROTOCOL_NAMES:  # in bandwidth order (fit_protocols names them so)
+        if curve not in names:
+            names[curve] = rest.pop(0)
+    return {names[curve]: fit for curve, fit in fits.items()}
 
 
 MIN_BANDWIDTH_SPAN = 2.0  # the largest size's time over the smallest's, per sweep

@@ -14,6 +14,7 @@ from typing import Any
 from ddpsim.errors import ScenarioError
 from ddpsim.topology.link_kinds import LINK_CLASSES
 
+_PROTOCOLS = ("ll", "ll128", "simple")
 # the harness names a run's intra-node transport by its calibration link class
 HARNESS_TRANSPORTS = tuple(c for c in LINK_CLASSES if c != "net")
 
@@ -30,6 +31,7 @@ class AllReduceSample:
     source: str
     algorithm: str | None = None  # forced with NCCL_ALGO ("ring", "tree"); None: NCCL's own choice
     launch_id: str = ""
+    nccl_protocol: str | None = None  # the protocol NCCL's log says it ran ("ll", "ll128", "simple")
 
 
 def _open_text(path: str) -> str:
@@ -86,9 +88,11 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
         for j, row in enumerate(rows):
             size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
             time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
+            proto = row.get("nccl_proto")
             samples.append(
                 AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path,
-                                algorithm.lower() if algorithm else None, str(record.get("launch_id", "")))
+                                algorithm.lower() if algorithm else None, str(record.get("launch_id", "")),
+                                proto.lower() if isinstance(proto, str) and proto.lower() in _PROTOCOLS else None)
             )
     return samples
 

@@ -90,7 +90,7 @@ class CollectiveModel:
         another would be faster). Ties keep NCCL's order (ring before tree, LL before LL128 before
         Simple). A forced algorithm with protocol "auto" still gets the protocol NCCL would pick."""
         algorithms = AUTO_ALGORITHMS if algorithm == "auto" else (_check_algorithm(algorithm),)
-        protocols = PROTOCOL_NAMES if protocol == "auto" else (_check_protocol(protocol),)
+        protocols = self.protocol_table.protocols if protocol == "auto" else (_check_protocol(protocol),)
         if len(algorithms) * len(protocols) == 1:
             return algorithms[0], protocols[0]
         best: tuple[float, str, str] | None = None

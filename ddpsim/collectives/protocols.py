@@ -198,6 +198,8 @@ class ProtocolTable:
     algorithm_protocol_efficiency: per (algorithm, protocol, scope), scope "one-node" or
         "multi-node", a bandwidth factor on top of the protocol's (may exceed 1 a little: NCCL's
         tree LL128 across nodes is 120/128 against LL128's 0.92).
+    protocols: the protocols NCCL may pick on this system (it enables LL128 only on some; a
+        calibration keeps those NCCL's own log showed it running).
 
     Hierarchical all-reduce is made of rings, so it is priced with the ring's entries.
     """
@@ -218,8 +220,11 @@ class ProtocolTable:
     ll_max_bus_Bps: tuple[float, ...] = NCCL_LL_MAX_BUS_BPS
     algorithm_protocol_efficiency: dict[tuple[str, str, str], float] = field(
         default_factory=_nccl_algorithm_protocol_efficiency)
+    protocols: tuple[str, ...] = PROTOCOL_NAMES
 
     def __post_init__(self) -> None:
+        if not self.protocols or any(p not in PROTOCOL_NAMES for p in self.protocols):
+            raise ValueError(f"protocols must be a non-empty subset of {PROTOCOL_NAMES}, got {self.protocols}")
         if self.hop_latency_mode not in HOP_LATENCY_MODES:
             raise ValueError(f"hop_latency_mode must be one of {HOP_LATENCY_MODES}, got {self.hop_latency_mode!r}")
         efficiencies: dict[Any, float] = {**self.bandwidth_efficiency, **self.transport_efficiency,
@@ -281,6 +286,7 @@ class ProtocolTable:
             "ring_plateau_min_bytes": self.ring_plateau_min_bytes,
             "ll_max_bus_Bps": list(self.ll_max_bus_Bps),
             "algorithm_protocol_efficiency": {"/".join(k): v for k, v in self.algorithm_protocol_efficiency.items()},
+            "protocols": list(self.protocols),
         }
 
     @classmethod
@@ -297,7 +303,7 @@ class ProtocolTable:
                                "transport_efficiency", "hop_latency_mode", "algorithm_efficiency",
                                "tree_size_correction", "tree_chain_bound", "reference_link_latency_s",
                                "net_overhead_s", "ring_plateau_factor", "ring_plateau_min_bytes", "ll_max_bus_Bps",
-                               "algorithm_protocol_efficiency"}
+                               "algorithm_protocol_efficiency", "protocols"}
         if unknown:
             raise KeyError(f"unknown protocol table fields: {', '.join(sorted(unknown))}")
 
@@ -333,6 +339,7 @@ class ProtocolTable:
             algorithm_protocol_efficiency=(keyed("algorithm_protocol_efficiency", 3)
                                            if "algorithm_protocol_efficiency" in data
                                            else default.algorithm_protocol_efficiency),
+            protocols=tuple(str(p) for p in data.get("protocols", default.protocols)),
         )
 
     @staticmethod
