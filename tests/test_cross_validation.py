@@ -155,3 +155,20 @@ def test_profiles_slower_than_the_runs_compute_are_named():
     v = validate([camp], None)
     assert any("mlp-ln-64" in w and "slower than the runs' compute" in w for w in v.profile_warnings)
     assert not any("resnet50" in w for w in v.profile_warnings)
+
+
+def test_a_launch_whose_reference_moved_is_flagged():
+    # the options campaign's socket launch: its reference configuration (ResNet-50, cap 25) measured
+    # first and last in the launch moved by about a fifth, far past the launch's round-to-round spread
+    from ddpsim.calibration.calibrate import load_measurements
+    from ddpsim.calibration.validate import launch_drift
+
+    camp = os.path.join(DATA, "h200x4-options-2026-11-26")
+    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        reference = next(r for r in map(json.loads, handle) if r.get("is_reference") and r["transport"] == "socket")
+    by_position = {r["position"]: r["step_s_median"] for r in reference["rounds"] if r["position"].startswith("reference")}
+    expected = (by_position["reference_end"] / by_position["reference_start"] - 1) * 100
+    drift = {d["launch"].split("/")[-1]: d for d in launch_drift(load_measurements([camp]).runs)}
+    assert drift["socket_w4_0"]["drift_pct"] == pytest.approx(expected, rel=1e-9)
+    assert drift["socket_w4_0"]["drifted"] and abs(expected) > 15
+    assert not drift["nvlink_w4_0"]["drifted"]

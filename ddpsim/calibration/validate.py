@@ -89,6 +89,7 @@ class Validation:
     cross: str | None = None
     folds: list[dict[str, Any]] = field(default_factory=list)
     profile_warnings: list[str] = field(default_factory=list)
+    launch_drift: list[dict[str, Any]] = field(default_factory=list)
 
     def held_out(self) -> list[RunRow]:
         return [r for r in self.rows if r.held_out]
@@ -420,9 +421,41 @@ def _report(
         cross=cross,
         folds=folds,
         profile_warnings=_profile_warnings(measured.runs, measured.profiles),
+        launch_drift=launch_drift(measured.runs),
     )
     result.failures = _failures(result, *tolerances)
     return result
+
+
+def launch_drift(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per launch with a reference configuration (measured first and last in the launch): how far the
+    machine's level moved from start to end, beside the launch's own round-to-round spread (the median
+    over its configurations of (largest - smallest) / smallest round median). A drift past that spread
+    means the launch's runs carry more than their own noise; ``drifted`` says so."""
+    from statistics import median
+
+    by_launch: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for run in runs:
+        by_launch[f"{host_of(run)}/{run.get('launch_id', '')}"].append(run)
+    out = []
+    for launch, group in sorted(by_launch.items()):
+        reference = next((r for r in group if r.get("is_reference")), None)
+        if reference is None:
+            continue
+        rounds = reference.get("rounds") or []
+        start = [r["step_s_median"] for r in rounds if r.get("position") == "reference_start" and r.get("step_s_median")]
+        end = [r["step_s_median"] for r in rounds if r.get("position") == "reference_end" and r.get("step_s_median")]
+        spreads = [
+            (max(m) - min(m)) / min(m)
+            for m in ([x for x in (r.get("round_medians_s") or []) if x] for r in group)
+            if len(m) >= 2 and min(m) > 0
+        ]
+        if not start or not end or not spreads:
+            continue
+        drift, spread = end[-1] / start[0] - 1, median(spreads)
+        out.append({"launch": launch, "reference": run_label(reference), "drift_pct": drift * 100,
+                    "round_spread_pct": spread * 100, "drifted": abs(drift) > spread})
+    return out
 
 
 PROFILE_SPREAD_WARNING = 1.25  # p90 / p10 of a profile's backward time

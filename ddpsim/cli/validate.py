@@ -163,6 +163,7 @@ def _validation_dict(v) -> dict:
         "by_option": _option_rows(v),
         "noise": v.noise,
         "profile_warnings": v.profile_warnings,
+        "launch_drift": v.launch_drift,
         "skipped": [{"run": run, "reason": reason} for run, reason in v.skipped],
         "runs": [{**r.__dict__, "error_pct": r.error_pct} for r in v.rows],
         "allreduce": [{**r.__dict__, "error_pct": r.error_pct} for r in v.allreduce],
@@ -289,6 +290,11 @@ def _validation_text(v, table, markdown: bool = False) -> str:
             lines.append(f"  {count} x {reason}")
     for warning in v.profile_warnings:
         lines.append(f"warning: {warning}")
+    for d in v.launch_drift:
+        if d["drifted"]:
+            lines.append(f"warning: launch {d['launch']}: the reference {d['reference']} moved {d['drift_pct']:+.1f}% "
+                         f"from its start to its end, past the launch's round-to-round spread "
+                         f"({d['round_spread_pct']:.1f}%): its runs carry more than their own noise")
     for fold in v.folds:
         for warning in fold.get("warnings", []):
             lines.append(f"warning (fold {fold['held_out']}): {warning}")
