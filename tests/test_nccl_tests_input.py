@@ -112,3 +112,23 @@ def test_a_sweep_cut_short_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cut.txt" in err and "latency floor" in err and err.count("\n") == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("suffix, field", [(":nvlink:1", "WORLD_SIZE"), (":nvlink:-4", "WORLD_SIZE"),
+                                           (":nvlink:4:0", "NODES"), (":nvlink:4:3", "nodes")])
+def test_impossible_ranks_or_nodes_are_refused(tmp_path, capsys, suffix, field):
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--nccl-tests", SOURCE + suffix, "--links-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and err.count("\n") == 1 and not out.exists()
+
+
+def test_negative_time_is_refused(tmp_path, capsys):
+    # a negative time once fitted into a calibration full of NaN, and exit 0
+    bad = tmp_path / "neg.txt"
+    bad.write_text("\n".join(line.replace("  72.50 ", " -72.50 ", 1) for line in _rows(SOURCE)) + "\n")
+    assert "-72.50" in bad.read_text()
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--nccl-tests", f"{bad}:nvlink:4", "--links-only", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "neg.txt" in err and "positive" in err and not out.exists()

@@ -6,6 +6,7 @@ Every reader returns plain records and raises ScenarioError naming the file and 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -88,6 +89,9 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
         for j, row in enumerate(rows):
             size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
             time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
+            if size <= 0 or not math.isfinite(time_us) or time_us <= 0:
+                raise ScenarioError(f"size and time must be positive, got {size} bytes, {time_us} us", file=path,
+                                    field=f"{where}.rows[{j}]")
             proto = row.get("nccl_proto")
             samples.append(
                 AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path,
@@ -120,6 +124,10 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
     """nccl-tests ``all_reduce_perf`` output: per row size, count, type, redop, [root,] then time,
     algbw, busbw, #wrong out of place and the same in place (13 columns; 12 before nccl-tests added
     the root column). Lines may carry mpirun's ``--tag-output`` or srun's ``-l`` prefix."""
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
+        raise ScenarioError(f"an all-reduce needs 2 or more ranks, got {world_size}", file=path, field="--nccl-tests WORLD_SIZE")
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
+        raise ScenarioError(f"{world_size} ranks do not split into {nodes} nodes", file=path, field="--nccl-tests NODES")
     samples = []
     text = "\n".join(_LAUNCHER_PREFIX.sub("", line, count=1) for line in _open_text(path).splitlines())
     for number, line in enumerate(text.splitlines(), start=1):
@@ -137,6 +145,8 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
             time_us = float(fields[first + 4] if in_place else fields[first])
         except ValueError:
             raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
+        if size <= 0 or not math.isfinite(time_us) or time_us <= 0:
+            raise ScenarioError(f"line {number}: size and time must be positive, got {size} bytes, {time_us} us", file=path)
         samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
     if not samples:
         raise ScenarioError("no all_reduce_perf rows found", file=path)

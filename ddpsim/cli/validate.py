@@ -255,13 +255,13 @@ def _validation_text(v, table, markdown: bool = False) -> str:
         )
         for s in _summary_rows(v)
     ]
-    lines.append(table(("link class", "runs", "mean |err| %", "max |err| %", "mean err %",
+    lines.append(table(("link class", "runs", "mean abs err %", "max abs err %", "mean err %",
                         "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
     options = _option_rows(v)
     if any(o["option"] != "none" for o in options):
         lines.append("")
         lines.append(table(
-            ("option", "link class", "runs", "mean |err| %", "max |err| %", "effect measured / predicted (per model)"),
+            ("option", "link class", "runs", "mean abs err %", "max abs err %", "effect measured / predicted (per model)"),
             [(o["option"], o["transport"], o["runs"], f"{o['mape_pct']:.1f}", f"{o['max_error_pct']:.1f}",
               " ".join(f"{e['model']} {e['measured_ratio']:.2f}/{e['predicted_ratio']:.2f}" for e in o["effects"]) or "-")
              for o in options],
@@ -269,7 +269,7 @@ def _validation_text(v, table, markdown: bool = False) -> str:
         ))
     if held:
         errors = [abs(r.error_pct) for r in held]
-        lines.append(f"\nall held-out runs: mean |error| {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
+        lines.append(f"\nall held-out runs: mean abs error {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
     if v.recommendation:
         good = sum(r["within_5pct"] for r in v.recommendation)
         lines.append(f"bucket-cap recommendation within 5% of the measured best: {good} of {len(v.recommendation)} groups")
