@@ -218,6 +218,7 @@ def fit_overheads(
     profiles: dict[str, str],
     link_calibration: Calibration,
     starts: Sequence[dict[str, float]] | None = None,
+    measured_terms: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """Bounded least squares (scipy) of the relative step-time error over ``FITTED_TERMS``.
 
@@ -238,13 +239,15 @@ def fit_overheads(
         raise ScenarioError("no calibration runs with a measured profile")
     prepared = [prepare(run_scenario(run, profiles[run["model"]], link_calibration)) for run in runs]
     measured = np.array([float(run["step_s_median"]) for run in runs])
-    names = [n for n in FITTED_TERMS if n != "buffer_sync_s" or any(p.workload.buffer_bytes > 0 for p in prepared)]
+    fixed = dict(measured_terms or {})  # terms measured directly are not fitted
+    names = [n for n in FITTED_TERMS if n not in fixed
+             and (n != "buffer_sync_s" or any(p.workload.buffer_bytes > 0 for p in prepared))]
     low = np.array([FITTED_TERMS[n][0] for n in names])
     span = np.array([FITTED_TERMS[n][1] - FITTED_TERMS[n][0] for n in names])
 
     def values(unit: np.ndarray) -> dict[str, Any]:
         # the optimiser works on each term scaled to [0, 1] of its range, so one step size suits all
-        return {**NO_EFFECT, **{n: float(v) for n, v in zip(names, low + unit * span, strict=True)}}
+        return {**NO_EFFECT, **fixed, **{n: float(v) for n, v in zip(names, low + unit * span, strict=True)}}
 
     def residuals(unit: np.ndarray) -> np.ndarray:
         params = values(unit)
@@ -271,6 +274,7 @@ def fit_overheads(
         "calibration_max_error_pct": float(errors.max()),
         "calibration_runs": len(runs),
         "fitted_terms": names,
+        "measured_terms": sorted(fixed),
         "standard_error": _standard_errors(best.jac, best.fun, names, span),
         # every lower bound is the term's no-effect value, an honest result; the upper bound is not
         "warnings": [
@@ -281,6 +285,49 @@ def fit_overheads(
         ],
     }
     return entry
+
+
+def measure_stretch(
+    timing_runs: Sequence[dict[str, Any]], samples: Sequence[AllReduceSample]
+) -> dict[str, dict[str, Any]]:
+    """``allreduce_stretch`` measured, per link class: the last bucket of a step runs after backward has
+    ended, so nothing computes beside it; its all-reduce inside DDP (the harness's per-bucket timing
+    hook, CUDA events) over the same size called alone (the same campaign's sweep, interpolated in log
+    space) is how much slower DDP's all-reduce is by itself. Median over the runs; per-bucket traces of
+    campaigns A-D gave 1.4 to 2.2 on NVLink and 1.0 to 1.1 on shared memory and sockets."""
+    import math
+    from statistics import median
+
+    from ddpsim.calibration.measured_scenarios import run_nodes
+
+    sweeps: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
+    for s in samples:
+        if s.nodes == 1 and s.algorithm in (None, "ring"):
+            sweeps[(os.path.dirname(os.path.abspath(s.source)), s.link_class, s.world_size)].append((s.bytes, s.time_s))
+
+    def alone_s(key: tuple[str, str, int], size: int) -> float | None:
+        rows = sorted(sweeps.get(key, []))
+        for (b0, t0), (b1, t1) in zip(rows, rows[1:], strict=False):
+            if b0 <= size <= b1 and b1 > b0:
+                f = (math.log(size) - math.log(b0)) / (math.log(b1) - math.log(b0))
+                return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
+        return None
+
+    ratios: dict[str, list[float]] = defaultdict(list)
+    for run in timing_runs:
+        buckets = run.get("per_bucket") or []
+        if not buckets or run_nodes(run) > 1:
+            continue
+        last = buckets[-1]
+        key = (os.path.dirname(str(run.get("_source", ""))), str(run["transport"]), int(run["world_size"]))
+        alone = alone_s(key, int(last["bytes"]))
+        duration = float(last["end_s"]) - float(last["start_s"])
+        if alone and duration > 0:
+            ratios[str(run["transport"])].append(duration / alone)
+    return {
+        link_class: {"value": min(max(median(values), 1.0), FITTED_TERMS["allreduce_stretch"][1]), "runs": len(values)}
+        for link_class, values in ratios.items()
+    }
 
 
 def _standard_errors(jac: Any, residuals: Any, names: Sequence[str], span: Any) -> dict[str, float | None]:

@@ -244,6 +244,7 @@ def cross_validate(
     min_recommendation_share: float = 0.9,
     log: Callable[[str], None] | None = None,
     jobs: int = 1,
+    fix_measured_stretch: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -269,7 +270,7 @@ def cross_validate(
     # folds are independent fits of seconds to minutes each: one process per core
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
-            _fold, [(measured, cross, part, caps) for part in parts]
+            _fold, [(measured, cross, part, caps, fix_measured_stretch) for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -291,10 +292,10 @@ def _pool(jobs: int) -> Any:
 
 
 def _fold(
-    args: tuple[Measurements, str, str, list[float] | None],
+    args: tuple[Measurements, str, str, list[float] | None, bool],
 ) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
     """Fit without ``part``, predict ``part``'s runs."""
-    measured, cross, part, caps = args
+    measured, cross, part, caps, fix_stretch = args
     key = _FOLD_KEYS[cross]
     held = [r for r in measured.runs if key(r) == part]
     train_runs = [r for r in measured.runs if key(r) != part]
@@ -303,7 +304,9 @@ def _fold(
         "held_out": part, "runs": len(held), "training_runs": len(train_runs),
         "training_sweeps": len({(s.source, s.launch_id, s.world_size, s.nodes, s.algorithm) for s in train_samples}),
     }
-    data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held})
+    train_timing = [r for r in measured.timing_runs if key(r) != part]
+    data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
+                     timing_runs=train_timing, fix_measured_stretch=fix_stretch)
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")
     rows, layouts, skipped = [], [], []

@@ -51,10 +51,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         caps,
         links_only=args.links_only,
         log=lambda line: print(line, file=sys.stderr),
+        timing_runs=measured.timing_runs if measured else (),
+        fix_measured_stretch=args.fix_measured_stretch,
     )
     meta = {
         "calibration_subset": data["calibration_subset"],
         "noise": data["noise"],
+        "measured_overheads": data["measured_overheads"],
         "noise_source": f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
         if args.data_dir else None,
         "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
@@ -62,6 +65,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     }
     write_calibration(args.out, data["link_classes"], data["overheads"], meta)
     _print_calibration(data["link_classes"], data["overheads"])
+    for link_class, entry in sorted(data["measured_overheads"].items()):
+        stretch = entry["allreduce_stretch"]
+        fitted = data["overheads"].get(link_class, {}).get("allreduce_stretch")
+        print(f"{link_class}: all-reduce stretch measured {stretch['value']:.2f} (last bucket of {stretch['runs']} "
+              f"per-bucket traces)" + (f", {'fixed' if args.fix_measured_stretch else 'fitted'} {fitted:.2f}" if fitted else ""))
     for warning in fit_warnings(data):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"\nwrote {args.out}")
@@ -137,7 +145,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if not 1 <= args.jobs <= 1024:
             raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
-                           jobs=args.jobs, **tolerances)
+                           jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
     if args.json:
@@ -359,6 +367,8 @@ def register(sub) -> None:
     cal.add_argument("--calibration-caps", default="5,50",
                      help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
+    cal.add_argument("--fix-measured-stretch", action="store_true",
+                     help="take the all-reduce stretch measured from per-bucket traces instead of fitting it")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
@@ -370,6 +380,8 @@ def register(sub) -> None:
     val.add_argument("--calibration-caps", default="5,50",
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
+    val.add_argument("--fix-measured-stretch", action="store_true",
+                     help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
     val.add_argument("--max-mape", type=float, default=5.0, help="max mean absolute %% error per transport")
     val.add_argument("--max-error", type=float, default=15.0, help="max %% error of any held-out run")
     val.add_argument("--max-allreduce-error", type=float, default=10.0)
