@@ -57,3 +57,17 @@ def test_calibration_can_take_the_measured_stretch_unfitted(tmp_path):
     fitted = calibrate(measured.samples, measured.runs, measured.profiles, [5, 50], timing_runs=measured.timing_runs)
     assert "allreduce_stretch" in fitted["overheads"]["nvlink"]["fitted_terms"]
     assert fitted["measured_overheads"]["nvlink"]["allreduce_stretch"]["value"] == stretch
+
+
+def test_compute_slowdown_beside_nccl_is_reported_from_the_micro_benchmark():
+    from statistics import median
+
+    camp = os.path.join(ROOT, "validation", "data", "h200x4-options-2026-11-26")
+    with open(os.path.join(camp, "microbench.jsonl"), encoding="utf-8") as handle:
+        ratios = [r["kernel_slowdown_ratio"] for r in map(json.loads, handle) if r.get("bench") == "allreduce_overlap"]
+    assert len(ratios) == 6 and all(1.0 < x < 1.2 for x in ratios)
+    measured = load_measurements([camp])
+    data = calibrate(measured.samples, measured.runs, measured.profiles, [25], links_only=True,
+                     compute_slowdowns=measured.compute_slowdowns)
+    entry = data["measured_overheads"]["nvlink"]["compute_slowdown"]
+    assert entry["value"] == pytest.approx(median(ratios), rel=1e-12) and entry["runs"] == 6

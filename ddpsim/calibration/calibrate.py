@@ -18,6 +18,7 @@ from ddpsim.calibration.measured_scenarios import run_class, run_label, run_node
 from ddpsim.calibration.measurements import (
     AllReduceSample,
     find_data_files,
+    read_compute_slowdowns,
     read_ddp_runs,
     read_harness_allreduce,
 )
@@ -46,6 +47,7 @@ class Measurements:
     profiles: dict[str, str]
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (run label, reason)
     timing_runs: list[dict[str, Any]] = field(default_factory=list)  # per-bucket traces, not predicted
+    compute_slowdowns: list[tuple[str, float]] = field(default_factory=list)  # micro-benchmark (class, ratio)
 
 
 def timing_instrumented(run: dict[str, Any]) -> bool:
@@ -81,12 +83,14 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
     samples: list[AllReduceSample] = []
     runs: list[dict[str, Any]] = []
     profile_paths: list[str] = []
+    slowdowns: list[tuple[str, float]] = []
     skipped: list[tuple[str, str]] = []
     for data_dir in data_dirs:
         files = find_data_files(data_dir)
         if not files["ddp_runs"] and not files["allreduce"]:
             raise ScenarioError("no ddp_runs.jsonl or allreduce.jsonl under this folder", file=data_dir)
         samples += [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
+        slowdowns += [x for path in files["microbench"] for x in read_compute_slowdowns(path)]
         profile_paths += files["profiles"]
         for path in files["ddp_runs"]:
             for run in read_ddp_runs(path, with_failed=True):
@@ -105,7 +109,7 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
             skipped.append((run_label(run), "no measured profile of this model in the folder"))
         else:
             usable.append(run)
-    return Measurements(samples, usable, profiles, skipped, timing)
+    return Measurements(samples, usable, profiles, skipped, timing, slowdowns)
 
 
 def calibrate(
@@ -118,6 +122,7 @@ def calibrate(
     log: Callable[[str], None] | None = None,
     timing_runs: Sequence[dict[str, Any]] = (),
     fix_measured_stretch: bool = False,
+    compute_slowdowns: Sequence[tuple[str, float]] = (),
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
@@ -152,9 +157,26 @@ def calibrate(
         "link_classes": links,
         "overheads": overheads,
         "noise": fit_noise(runs),
-        "measured_overheads": {c: {"allreduce_stretch": v} for c, v in stretch.items()},
+        "measured_overheads": _measured_overheads(stretch, compute_slowdowns),
         "calibration_subset": {"bucket_cap_mb": sorted(caps) if caps is not None else "all"},
     }
+
+
+def _measured_overheads(
+    stretch: dict[str, dict[str, Any]], compute_slowdowns: Sequence[tuple[str, float]]
+) -> dict[str, dict[str, Any]]:
+    """What was measured directly, per link class, to set beside the fitted terms: the all-reduce
+    stretch (per-bucket traces) and the compute slowdown beside NCCL (the micro-benchmark's GEMM and
+    convolution with all-reduces running: x1.05 to x1.11 on NVLink, 4 x H200)."""
+    from statistics import median
+
+    out: dict[str, dict[str, Any]] = {c: {"allreduce_stretch": v} for c, v in stretch.items()}
+    by_class: dict[str, list[float]] = {}
+    for link_class, ratio in compute_slowdowns:
+        by_class.setdefault(link_class, []).append(ratio)
+    for link_class, ratios in by_class.items():
+        out.setdefault(link_class, {})["compute_slowdown"] = {"value": median(ratios), "runs": len(ratios)}
+    return out
 
 
 def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:

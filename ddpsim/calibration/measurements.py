@@ -196,16 +196,32 @@ def read_ddp_runs(path: str, with_failed: bool = False) -> list[dict[str, Any]]:
     return runs
 
 
+def read_compute_slowdowns(path: str) -> list[tuple[str, float]]:
+    """The harness micro-benchmark's compute kernels (a GEMM, a convolution) timed alone and while
+    all-reduces run beside them: (link class, kernel time with / alone) per record."""
+    out = []
+    for i, record in enumerate(read_jsonl(path)):
+        if record.get("status") != "ok" or record.get("bench") != "allreduce_overlap":
+            continue
+        ratio = _field(record, "kernel_slowdown_ratio", (int, float), path, f"line {i + 1}")
+        if not math.isfinite(ratio) or ratio <= 0:
+            raise ScenarioError(f"expected a positive ratio, got {ratio}", file=path, field=f"line {i + 1}.kernel_slowdown_ratio")
+        out.append((str(_field(record, "transport", str, path, f"line {i + 1}")), float(ratio)))
+    return out
+
+
 def find_data_files(data_dir: str) -> dict[str, list[str]]:
     """Campaign folders under ``data_dir`` (any depth): their allreduce, ddp_runs and profiles paths."""
     if not os.path.isdir(data_dir):
         raise ScenarioError("measurement folder not found", file=data_dir)
-    found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": []}
+    found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": [], "microbench": []}
     for root, _dirs, files in sorted(os.walk(data_dir)):
         for name in sorted(files):
             path = os.path.join(root, name)
             if name == "allreduce.jsonl":
                 found["allreduce"].append(path)
+            elif name == "microbench.jsonl":
+                found["microbench"].append(path)
             elif name == "ddp_runs.jsonl":
                 found["ddp_runs"].append(path)
             elif name.endswith(".json") and os.path.basename(root) == "profiles":

@@ -53,6 +53,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         log=lambda line: print(line, file=sys.stderr),
         timing_runs=measured.timing_runs if measured else (),
         fix_measured_stretch=args.fix_measured_stretch,
+        compute_slowdowns=measured.compute_slowdowns if measured else (),
     )
     meta = {
         "calibration_subset": data["calibration_subset"],
@@ -65,11 +66,14 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     }
     write_calibration(args.out, data["link_classes"], data["overheads"], meta)
     _print_calibration(data["link_classes"], data["overheads"])
+    how = {"allreduce_stretch": "last bucket of {} per-bucket traces",
+           "compute_slowdown": "{} micro-benchmarks, GEMM and convolution beside all-reduces"}
     for link_class, entry in sorted(data["measured_overheads"].items()):
-        stretch = entry["allreduce_stretch"]
-        fitted = data["overheads"].get(link_class, {}).get("allreduce_stretch")
-        print(f"{link_class}: all-reduce stretch measured {stretch['value']:.2f} (last bucket of {stretch['runs']} "
-              f"per-bucket traces)" + (f", {'fixed' if args.fix_measured_stretch else 'fitted'} {fitted:.2f}" if fitted else ""))
+        for term, measured_term in sorted(entry.items()):
+            fitted = data["overheads"].get(link_class, {}).get(term)
+            fixed = args.fix_measured_stretch and term == "allreduce_stretch"
+            print(f"{link_class}: {term} measured {measured_term['value']:.2f} ({how[term].format(measured_term['runs'])})"
+                  + (f", {'fixed' if fixed else 'fitted'} {fitted:.2f}" if fitted is not None else ""))
     for warning in fit_warnings(data):
         print(f"warning: {warning}", file=sys.stderr)
     print(f"\nwrote {args.out}")
