@@ -172,3 +172,26 @@ def test_a_launch_whose_reference_moved_is_flagged():
     assert drift["socket_w4_0"]["drift_pct"] == pytest.approx(expected, rel=1e-9)
     assert drift["socket_w4_0"]["drifted"] and abs(expected) > 15
     assert not drift["nvlink_w4_0"]["drifted"]
+
+
+def test_launch_levels_from_the_reference_configuration():
+    # the multi-node campaign's 2 x 2 shape was launched twice (the second time on another machine),
+    # each launch with ResNet-50 cap 25 as its reference: the level is each reference over their median
+    from ddpsim.calibration.calibrate import load_measurements
+    from ddpsim.calibration.validate import RunRow, launch_levels, normalised_by_reference
+
+    camp = os.path.join(DATA, "h200x4-multinode-2026-11-26")
+    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        refs = {r["launch_id"]: r["step_s_median"] for r in map(json.loads, handle)
+                if r.get("is_reference") and r["launch_id"].startswith("nvlink_2x2")}
+    assert set(refs) == {"nvlink_2x2_0", "nvlink_2x2_1"}
+    middle = (refs["nvlink_2x2_0"] + refs["nvlink_2x2_1"]) / 2
+    levels = launch_levels(load_measurements([camp]).runs)
+    host = "h200x4-multinode-2026-11-26"
+    for launch, step in refs.items():
+        assert levels[f"{host}/{launch}"] == pytest.approx(step / middle, rel=1e-12)
+    assert f"{host}/socket_4x1_0" not in levels  # launched once: nothing to compare it with
+    row = RunRow("resnet50", "nvlink", 4, 25.0, 0.05, None, None, 0.05, True, "nvlink_2x2_1", nodes=2, host=host)
+    [normalised] = normalised_by_reference([row], load_measurements([camp]).runs)
+    assert normalised.measured_s == pytest.approx(0.05 / (refs["nvlink_2x2_1"] / middle), rel=1e-12)
+    assert normalised.launch_level == pytest.approx(refs["nvlink_2x2_1"] / middle, rel=1e-12)

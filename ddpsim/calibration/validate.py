@@ -46,6 +46,7 @@ class RunRow:
     nodes: int = 1
     host: str = ""
     fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
+    launch_level: float = 1.0  # measured_s was divided by this (--normalise-launches; 1: as measured)
 
     @property
     def error_pct(self) -> float:
@@ -216,6 +217,7 @@ def validate(
     max_error_pct: float = 15.0,
     max_allreduce_error_pct: float = 10.0,
     min_recommendation_share: float = 0.9,
+    normalise_launches: bool = False,
 ) -> Validation:
     """Predict the measured runs outside the calibration's subset; without a calibration, with the
     scenario defaults (every run held out). Multi-node runs need the calibration's network fit."""
@@ -230,6 +232,8 @@ def validate(
                                held_out=not in_calibration_subset(run, subset, data_dir))
         rows.append(row)
         layouts.append(layout)
+    if normalise_launches:
+        rows = normalised_by_reference(rows, measured.runs)
     return _report(measured, rows, layouts, calibration, subset, None, [],
                    (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
 
@@ -245,6 +249,7 @@ def cross_validate(
     log: Callable[[str], None] | None = None,
     jobs: int = 1,
     fix_measured_stretch: bool = False,
+    normalise_launches: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -279,6 +284,8 @@ def cross_validate(
             if log:
                 log(f"fold {fold['held_out']}: fitted on {fold['training_runs']} runs and "
                     f"{fold['training_sweeps']} sweeps, predicted {len(fold_rows)} runs")
+    if normalise_launches:
+        rows = normalised_by_reference(rows, measured.runs)
     subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
     return _report(measured, rows, layouts, None, subset, cross, folds,
                    (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
@@ -428,6 +435,36 @@ def _report(
     )
     result.failures = _failures(result, *tolerances)
     return result
+
+
+def launch_levels(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per launch, its level against other launches of the same reference configuration (the harness
+    runs one first and last in every launch): the launch's reference step over the median of that
+    configuration's reference steps across launches. Only configurations measured in two or more
+    launches give a level; the others are absent (level 1)."""
+    from statistics import median
+
+    references: dict[str, dict[str, float]] = defaultdict(dict)
+    for run in runs:
+        if run.get("is_reference"):
+            launch = f"{host_of(run)}/{run.get('launch_id', '')}"
+            references[run_label(run)][launch] = float(run["step_s_median"])
+    levels = {}
+    for by_launch in references.values():
+        if len(by_launch) >= 2:
+            middle = median(by_launch.values())
+            levels.update({launch: step / middle for launch, step in by_launch.items()})
+    return levels
+
+
+def normalised_by_reference(rows: Sequence[RunRow], runs: Sequence[dict[str, Any]]) -> list[RunRow]:
+    """Each run's measured step divided by its launch's level (``launch_levels``), so that a launch
+    whose machine ran faster or slower as a whole is compared at the common level."""
+    from dataclasses import replace
+
+    levels = launch_levels(runs)
+    return [replace(r, measured_s=r.measured_s / levels[key], launch_level=levels[key])
+            if (key := f"{r.host}/{r.launch_id}") in levels else r for r in rows]
 
 
 def launch_drift(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:

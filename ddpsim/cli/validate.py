@@ -149,9 +149,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if not 1 <= args.jobs <= 1024:
             raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
-                           jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch, **tolerances)
+                           jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch,
+                           normalise_launches=args.normalise_launches, **tolerances)
     else:
-        v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
+        v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None,
+                     normalise_launches=args.normalise_launches, **tolerances)
     if args.json:
         print(json.dumps(_validation_dict(v), indent=2))
     else:
@@ -310,6 +312,10 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     for fold in v.folds:
         for warning in fold.get("warnings", []):
             lines.append(f"warning (fold {fold['held_out']}): {warning}")
+    levels = sorted({(f"{r.host}/{r.launch_id}", r.launch_level) for r in v.rows if r.launch_level != 1.0})
+    if levels:
+        lines.append("measured steps normalised by launch level (reference configuration): "
+                     + ", ".join(f"{launch} /{level:.3f}" for launch, level in levels))
     lines.append("measured on: " + "; ".join(v.fingerprints))
     lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
     return "\n".join(lines)
@@ -386,6 +392,9 @@ def register(sub) -> None:
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
     val.add_argument("--fix-measured-stretch", action="store_true",
                      help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
+    val.add_argument("--normalise-launches", action="store_true",
+                     help="divide each launch's measured steps by its level against other launches of the same "
+                          "reference configuration (the harness's --reference)")
     val.add_argument("--max-mape", type=float, default=5.0, help="max mean absolute %% error per transport")
     val.add_argument("--max-error", type=float, default=15.0, help="max %% error of any held-out run")
     val.add_argument("--max-allreduce-error", type=float, default=10.0)
