@@ -21,7 +21,7 @@ from collections import defaultdict
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
-from ddpsim.calibration.validate import validate  # noqa: E402
+from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26"}
@@ -32,13 +32,7 @@ FACTOR = 1.5
 
 def effects(campaign: str) -> dict[tuple[str, str, str], tuple[float, float]]:
     v = validate([os.path.join(ROOT, campaign)], read_calibration(os.path.join(ROOT, CALIBRATION)))
-    plain = {(r.model, r.link_class, r.bucket_cap_mb, r.launch_id): r for r in v.rows if r.option == "none"}
-    out = {}
-    for r in v.rows:
-        base = plain.get((r.model, r.link_class, r.bucket_cap_mb, r.launch_id))
-        if r.option != "none" and base is not None:
-            out[(r.option, r.link_class, r.model)] = (r.measured_s / base.measured_s, r.predicted_s / base.predicted_s)
-    return out
+    return {(r.option, r.link_class, r.model): (measured, predicted) for r, measured, predicted in option_effects(v.rows)}
 
 
 def main() -> int:

@@ -24,17 +24,16 @@ from ddpsim.calibration.measurements import (
 )
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
+from ddpsim.scenario.schema import DDPSpec
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
-# DDP's own arguments a run may record, with the value that means "PyTorch's default": a run with
+# DDP's own arguments a run may record, with PyTorch's default from the scenario schema: a run with
 # any other value is not a plain run, and the overheads are fitted on plain runs only, so that no
 # option's cost is absorbed into them
 DDP_OPTION_DEFAULTS: dict[str, Any] = {
-    "gradient_as_bucket_view": False,
-    "comm_hook": None,
-    "grad_accumulation_steps": 1,
-    "find_unused_parameters": False,
-    "static_graph": False,
+    name: getattr(DDPSpec(), name)
+    for name in ("gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters",
+                 "static_graph")
 }
 
 
@@ -57,7 +56,8 @@ def timing_instrumented(run: dict[str, Any]) -> bool:
 
 
 def is_plain(run: dict[str, Any]) -> bool:
-    return all(run.get(key, default) in (default, "none") for key, default in DDP_OPTION_DEFAULTS.items())
+    # a record leaves an option out or null (the harness writes comm_hook null for no hook) at its default
+    return all(run.get(key) is None or run[key] == default for key, default in DDP_OPTION_DEFAULTS.items())
 
 
 def host_of(run_or_sample: Any) -> str:

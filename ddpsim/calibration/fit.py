@@ -99,6 +99,9 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
             for p, f in fits.items()
         },
         "samples": len(used),
+        # where the names and the enabled protocols came from: the tool says when it did not know
+        "protocols_from": "NCCL's log in the sweeps" if ran else
+                          "no NCCL log: curves named in bandwidth order, every protocol left enabled (NCCL's default)",
         "world_sizes": sorted({s.world_size for s in used}),
         "sources": sorted({os.path.basename(s.source) for s in used}),
         "fit_mean_error_pct": sum(errors) / len(errors),
@@ -295,23 +298,25 @@ def measure_stretch(
     hook, CUDA events) over the same size called alone (the same campaign's sweep, interpolated in log
     space) is how much slower DDP's all-reduce is by itself. Median over the runs; per-bucket traces of
     campaigns A-D gave 1.4 to 2.2 on NVLink and 1.0 to 1.1 on shared memory and sockets."""
-    import math
     from statistics import median
+
+    import numpy as np
 
     from ddpsim.calibration.measured_scenarios import run_nodes
 
-    sweeps: dict[tuple[str, str, int], list[tuple[int, float]]] = defaultdict(list)
+    # per campaign folder, class and GPU count: size -> the median of its sweeps' times (a folder may
+    # hold NCCL's default and a forced Ring sweep of the same sizes)
+    sweeps: dict[tuple[str, str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
         if s.nodes == 1 and s.algorithm in (None, "ring"):
-            sweeps[(os.path.dirname(os.path.abspath(s.source)), s.link_class, s.world_size)].append((s.bytes, s.time_s))
+            sweeps[(os.path.dirname(os.path.abspath(s.source)), s.link_class, s.world_size)][s.bytes].append(s.time_s)
 
     def alone_s(key: tuple[str, str, int], size: int) -> float | None:
-        rows = sorted(sweeps.get(key, []))
-        for (b0, t0), (b1, t1) in zip(rows, rows[1:], strict=False):
-            if b0 <= size <= b1 and b1 > b0:
-                f = (math.log(size) - math.log(b0)) / (math.log(b1) - math.log(b0))
-                return math.exp(math.log(t0) + f * (math.log(t1) - math.log(t0)))
-        return None
+        rows = sorted((b, median(ts)) for b, ts in sweeps.get(key, {}).items())
+        if len(rows) < 2 or not rows[0][0] <= size <= rows[-1][0]:
+            return None
+        sizes, times = np.log([b for b, _ in rows]), np.log([t for _, t in rows])
+        return float(np.exp(np.interp(np.log(size), sizes, times)))
 
     ratios: dict[str, list[float]] = defaultdict(list)
     for run in timing_runs:

@@ -12,10 +12,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ddpsim.collectives.protocols import PROTOCOL_NAMES
 from ddpsim.errors import ScenarioError
 from ddpsim.topology.link_kinds import LINK_CLASSES
 
-_PROTOCOLS = ("ll", "ll128", "simple")
 # the harness names a run's intra-node transport by its calibration link class
 HARNESS_TRANSPORTS = tuple(c for c in LINK_CLASSES if c != "net")
 
@@ -96,7 +96,7 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
             samples.append(
                 AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path,
                                 algorithm.lower() if algorithm else None, str(record.get("launch_id", "")),
-                                proto.lower() if isinstance(proto, str) and proto.lower() in _PROTOCOLS else None)
+                                proto.lower() if isinstance(proto, str) and proto.lower() in PROTOCOL_NAMES else None)
             )
     return samples
 

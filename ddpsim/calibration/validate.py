@@ -112,6 +112,18 @@ class Validation:
         return not self.failures
 
 
+def option_effects(rows: Sequence[RunRow]) -> list[tuple[RunRow, float, float]]:
+    """Each option run with its effect, measured and predicted: its step over the plain step of the
+    same model, link class, GPUs and cap in the same launch (the option's cost, with the launch's level
+    and the model's compute divided out)."""
+    def key(r: RunRow) -> tuple[Any, ...]:
+        return r.host, r.launch_id, r.model, r.link_class, r.world_size, r.bucket_cap_mb
+
+    plain = {key(r): r for r in rows if r.option == "none"}
+    return [(r, r.measured_s / base.measured_s, r.predicted_s / base.predicted_s)
+            for r in rows if r.option != "none" and (base := plain.get(key(r))) is not None]
+
+
 def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir: str | None = None) -> bool:
     """Whether ``run`` may have been used by the calibration: its cap is in the subset and, when the
     calibration names its data folder, the run comes from that folder."""

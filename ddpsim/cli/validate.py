@@ -105,6 +105,9 @@ def _print_calibration(links: dict, overheads: dict) -> None:
     print("All-reduce fit per link class: max(floor, min over protocols of base + 2(n-1) x hop + bytes x 2(n-1)/n / busbw)")
     headers: tuple[str, ...] = ("link class", "GPUs", "protocol", "base us", "per-hop us", "busbw GB/s", "floor us", "fit err mean/max %")
     print(table(headers, rows))
+    for link_class, entry in links.items():
+        if entry.get("protocols_from", "").startswith("no NCCL log"):
+            print(f"{link_class}: {entry['protocols_from']}")
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
         rows.clear()
@@ -217,15 +220,13 @@ def _summary_rows(v) -> list[dict]:
 def _option_rows(v) -> list[dict]:
     """Per DDP option and link class: the step-time error, and the option's effect (its step over the
     same model's plain step at the same cap, launch and class) measured and predicted."""
-    plain = {(r.model, r.link_class, r.world_size, r.bucket_cap_mb, r.launch_id): r for r in v.rows if r.option == "none"}
+    from ddpsim.calibration.validate import option_effects
+
     out = []
     for (option, link_class), rows in v.by_option().items():
         mape, worst, bias = _error_stats(rows)
-        effects = []
-        for r in rows:
-            base = plain.get((r.model, r.link_class, r.world_size, r.bucket_cap_mb, r.launch_id))
-            if option != "none" and base is not None:
-                effects.append((r.model, r.measured_s / base.measured_s, r.predicted_s / base.predicted_s))
+        effects = [(r.model, measured, predicted) for r, measured, predicted in option_effects(v.rows)
+                   if r.option == option and r.link_class == link_class and r.held_out]
         out.append({"option": option, "transport": link_class, "runs": len(rows), "mape_pct": mape,
                     "max_error_pct": worst, "mean_signed_error_pct": bias,
                     "effects": [{"model": m, "measured_ratio": a, "predicted_ratio": b} for m, a, b in effects]})

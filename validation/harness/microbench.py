@@ -74,6 +74,16 @@ class Kernel:
         return self.conv(self.x)
 
 
+def _marked_allreduces(device, t, reps):
+    """``reps`` all-reduces of ``t`` back to back, each between two stream markers."""
+    marks = []
+    for _ in range(reps):
+        a = Marker(device).record()
+        dist.all_reduce(t)
+        marks.append((a, Marker(device).record()))
+    return marks
+
+
 def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=("gemm", "conv"), reps=20):
     cuda = device.type == "cuda"
     side = torch.cuda.Stream(device) if cuda else None
@@ -96,11 +106,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
             for _ in range(5):
                 dist.all_reduce(t)
             synchronize(device)
-            marks = []
-            for _ in range(reps):
-                a = Marker(device).record()
-                dist.all_reduce(t)
-                marks.append((a, Marker(device).record()))
+            marks = _marked_allreduces(device, t, reps)
             synchronize(device)
             comm_alone = [b.seconds_since(a) for a, b in marks]
             # the same calls queued behind the gate, back to back (no CPU launch gap between them): the
@@ -108,11 +114,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
             dist.barrier()
             synchronize(device)
             _gate(device, 0.02)
-            marks = []
-            for _ in range(reps):
-                a = Marker(device).record()
-                dist.all_reduce(t)
-                marks.append((a, Marker(device).record()))
+            marks = _marked_allreduces(device, t, reps)
             synchronize(device)
             comm_queued = [b.seconds_since(a) for a, b in marks]
             span_queued = marks[-1][1].seconds_since(marks[0][0])
@@ -134,11 +136,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
                 for _ in range(n_kern):
                     k()
                 k1 = Marker(device).record()
-            marks = []
-            for _ in range(reps):
-                a = Marker(device).record()
-                dist.all_reduce(t)
-                marks.append((a, Marker(device).record()))
+            marks = _marked_allreduces(device, t, reps)
             synchronize(device)
             comm_busy = [b.seconds_since(a) for a, b in marks]
             span_busy = marks[-1][1].seconds_since(marks[0][0])
