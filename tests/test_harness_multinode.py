@@ -2,7 +2,6 @@
 NCCL log parsing and micro-benchmarks.  One tiny two-rank campaign runs under torchrun (about 20 s)."""
 import json
 import os
-import socket
 
 import pytest
 
@@ -76,24 +75,6 @@ def test_unseen_models_and_custom_factory():
     assert loss.dim() == 0 and models.file_stem(spec.name) == "validation.harness.models_example_factory"
     with pytest.raises(KeyError):
         models.resolve("no-such-model")
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-@pytest.fixture
-def gloo_world1():
-    import torch.distributed as dist
-
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_microbench_records_on_cpu(gloo_world1):

@@ -2,7 +2,6 @@
 and the worker's functions on CPU with gloo."""
 import json
 import os
-import socket
 
 import pytest
 
@@ -91,26 +90,6 @@ def test_profile_on_cpu():
     assert all(p["grad_ready_s"] >= 0 for p in prof["params"])
     assert prof["step_s"] > 0 and prof["iterations"] == 3
     json.dumps(prof)
-
-
-def _free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-@pytest.fixture
-def gloo_world1():
-    import torch.distributed as dist
-
-    if not dist.is_available():
-        pytest.skip("torch.distributed not available")
-    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(_free_port())})
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    yield
-    dist.destroy_process_group()
 
 
 def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
@@ -203,10 +182,10 @@ def test_campaign_fresh_removes_only_harness_results(tmp_path, monkeypatch, caps
     assert campaign.existing_results(str(tmp_path / "missing")) == []
 
 
-def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, monkeypatch):
+def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, monkeypatch, free_port):
     # the worker's sweep mode as torchrun would start it, on CPU with gloo and one rank
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    monkeypatch.setenv("MASTER_PORT", str(free_port))
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
