@@ -20,6 +20,7 @@ from ddpsim.calibration.file import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
+from ddpsim.ddp.hooks import compress_hook_extra_s
 from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
@@ -153,8 +154,11 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
         # a registered comm hook is called from Python for every bucket, on the thread running
-        # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s)
-        bucket_cpu_s=(overheads.bucket_cpu_s + (overheads.hook_cpu_s if hooked else 0.0)) if communicating else 0.0,
+        # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s); a compress
+        # hook's own work on that thread comes on top (ddpsim.ddp.hooks names it and its measurement)
+        bucket_cpu_s=(overheads.bucket_cpu_s
+                      + (overheads.hook_cpu_s + compress_hook_extra_s(ddp.comm_hook) if hooked else 0.0))
+        if communicating else 0.0,
     )
 
 
