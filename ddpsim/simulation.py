@@ -26,6 +26,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
+from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
 from ddpsim.topology.link_kinds import link_class_of_type
@@ -80,7 +81,10 @@ def prepare(scenario: Scenario) -> Prepared:
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
         topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)
-    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, calibrated.sources)
+    measured_in = workload.measured.source if workload.measured is not None else None
+    sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency),
+               **calibrated.sources}
+    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
 def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:

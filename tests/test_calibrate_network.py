@@ -87,4 +87,6 @@ def test_shipped_calibration_has_no_network_and_a_multi_node_scenario_says_so(tm
         "calibration: cal.json\n"
     )
     sources = apply_calibration(load_scenario(str(tmp_path / "s.yaml"))).sources
-    assert sources["inter-node network"].startswith("scenario") and "no 'net' fit" in sources["inter-node network"]
+    # nothing in the file and nothing fitted: the line says the network is ddpsim's default
+    assert sources["inter-node network"].startswith("ddpsim's defaults") and "no 'net' fit" in sources["inter-node network"]
+    assert "nic_bandwidth 400 Gbps" in sources["inter-node network"]

@@ -335,6 +335,8 @@ class Scenario:
     calibration: Calibration | None = None
     price_per_gpu_hour: float | None = spec("price_per_gpu_hour", "number", "for cost per million samples/tokens",
                                             None, minimum=0.0, maximum=1e6)
+    # dotted names ("cluster.inter_node.nic_bandwidth") the file left to ddpsim's defaults
+    defaulted_fields: frozenset[str] = frozenset()
     source: str = "<memory>"
     base_dir: str = "."
 
