@@ -17,7 +17,7 @@ from typing import Any
 
 from ddpsim.calibration.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
 from ddpsim.calibration.file import SCHEMA, Calibration
-from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.calibration.measurements import AllReduceSample, Profiles
 from ddpsim.collectives import ProtocolTable
 from ddpsim.errors import ScenarioError
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
@@ -218,7 +218,7 @@ def _mape(pairs: Sequence[tuple[float, float]]) -> float:
 
 def fit_overheads(
     runs: Sequence[dict[str, Any]],
-    profiles: dict[str, str],
+    profiles: Profiles,
     link_calibration: Calibration,
     starts: Sequence[dict[str, float]] | None = None,
     measured_terms: dict[str, float] | None = None,
@@ -237,10 +237,11 @@ def fit_overheads(
     from ddpsim.calibration.measured_scenarios import run_scenario
     from ddpsim.simulation import prepare, simulate
 
-    runs = [r for r in runs if r["model"] in profiles]
+    with_profile = [(r, profiles.for_run(r)) for r in runs]
+    runs = [r for r, path in with_profile if path is not None]
     if not runs:
         raise ScenarioError("no calibration runs with a measured profile")
-    prepared = [prepare(run_scenario(run, profiles[run["model"]], link_calibration)) for run in runs]
+    prepared = [prepare(run_scenario(run, path, link_calibration)) for run, path in with_profile if path is not None]
     measured = np.array([float(run["step_s_median"]) for run in runs])
     fixed = dict(measured_terms or {})  # terms measured directly are not fitted
     names = [n for n in FITTED_TERMS if n not in fixed
@@ -380,11 +381,13 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             for r in group
             if r.get("step_s_p10") and r.get("step_s_p90") and r["step_s_p90"] >= r["step_s_p10"] > 0
         ]
-        configs: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
+        configs: dict[tuple[Any, ...], dict[tuple[str, str], float]] = defaultdict(dict)
         for r in group:
             key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("variant"), r.get("comm_hook"),
                    r.get("nodes", 1))
-            configs[key].setdefault(str(r.get("launch_id", "")), float(r["step_s_median"]))
+            # launches are named per campaign ("nvlink_w4_0" in every one): two campaigns' launches are two
+            launch = (os.path.dirname(str(r.get("_source", ""))), str(r.get("launch_id", "")))
+            configs[key].setdefault(launch, float(r["step_s_median"]))
         diffs = [
             math.log(a / b)
             for by_launch in configs.values()

@@ -9,7 +9,8 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.collectives.protocols import PROTOCOL_NAMES
@@ -227,3 +228,32 @@ def find_data_files(data_dir: str) -> dict[str, list[str]]:
             elif name.endswith(".json") and os.path.basename(root) == "profiles":
                 found["profiles"].append(path)
     return found
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """Measured profiles by (campaign folder, model). A run is predicted from its own campaign's
+    profile, measured on its machine: the same model profiled on another host or GPU (an H100 beside
+    an H200, a slower host CPU for a launch-bound model) would carry that machine's compute."""
+
+    paths: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[str]) -> Profiles:
+        """The harness's ``<campaign>/profiles/<model>.json`` files, keyed by campaign and model."""
+        from ddpsim.jsonfile import read_json_object
+
+        found = {}
+        for path in paths:
+            model = read_json_object(path, "profile").get("model")
+            if isinstance(model, str):
+                found[(os.path.dirname(os.path.dirname(os.path.abspath(path))), model)] = path
+        return cls(found)
+
+    def for_run(self, run: dict[str, Any]) -> str | None:
+        """The profile of the run's model from the run's own campaign (None if it has none)."""
+        campaign = os.path.dirname(os.path.abspath(str(run.get("_source", ""))))
+        return self.paths.get((campaign, str(run["model"])))
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)

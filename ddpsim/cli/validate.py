@@ -36,6 +36,7 @@ def _nccl_tests_arg(spec: str):
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements
     from ddpsim.calibration.fit import write_calibration
+    from ddpsim.calibration.measurements import Profiles
 
     measured = load_measurements([args.data_dir]) if args.data_dir else None
     samples = list(measured.samples) if measured else []
@@ -47,7 +48,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     data = calibrate(
         samples,
         measured.runs if measured else [],
-        measured.profiles if measured else {},
+        measured.profiles if measured else Profiles(),
         caps,
         links_only=args.links_only,
         log=lambda line: print(line, file=sys.stderr),
