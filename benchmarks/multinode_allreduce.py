@@ -3,7 +3,9 @@
 Run: ``.venv/bin/python benchmarks/multinode_allreduce.py [DATA_DIR]`` (default: the committed
 ``validation/data/h200x4-multinode-2026-11-26``). For each split the intra-node class (NVLink) is
 fitted on the one-node sweeps (1x2, 1x4, forced Ring) and the network class ``net`` on the forced-Ring
-sweeps of the training shapes only; every sweep of a held-out shape (NCCL's default choice, forced
+sweeps of the training shapes (the first four splits: the model's tree without tree data), or on their
+forced Ring and Tree sweeps (the last three: the tree's own hop and bandwidth, ``fit._tree_network_fit``,
+judged on another launch or on other shapes' trees); every sweep of a held-out shape (NCCL's default choice, forced
 Ring, forced Tree) is then predicted through the calibrated topology and collective model. The table
 reports the mean and max |error| below and above 1 MiB, and for the default sweeps how often ddpsim's
 ``auto`` picks the algorithm and protocol NCCL logged. Where NCCL's log names each row's protocol, the
@@ -31,11 +33,18 @@ from ddpsim.topology import build_topology
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
-SPLITS = (
-    ("fit 4x1 + 2x1 (every hop on the network), predict 2x2", {"4x1", "2x1"}, {"2x2"}),
-    ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}),
-    ("fit 2x2 (forced Ring only), predict its default and Tree sweeps", {"2x2"}, {"2x2"}),
-    ("fit 4x1 (forced Ring only), predict its default and Tree sweeps", {"4x1"}, {"4x1"}),
+# (title, fitted shapes, held-out shapes, forced algorithms fitted, launch fitted ("": every launch),
+#  held-out sweeps: the forced algorithm reported (None: NCCL's default), or "any")
+SPLITS: tuple[tuple[str, set[str], set[str], tuple[str, ...], str, str | None], ...] = (
+    # no tree data in these: they test the model's tree without it
+    ("fit 4x1 + 2x1 (every hop on the network), predict 2x2", {"4x1", "2x1"}, {"2x2"}, ("ring",), "", "any"),
+    ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}, ("ring",), "", "any"),
+    ("fit 2x2 (forced Ring only), predict its default and Tree sweeps", {"2x2"}, {"2x2"}, ("ring",), "", "any"),
+    ("fit 4x1 (forced Ring only), predict its default and Tree sweeps", {"4x1"}, {"4x1"}, ("ring",), "", "any"),
+    # tree data fitted only where held-out data remains: another launch, or other shapes' trees
+    ("fit 2x2 launch _0 (Ring + Tree), predict launch _1", {"2x2"}, {"2x2"}, ("ring", "tree"), "nvlink_2x2_0", "any"),
+    ("fit 2x2 (Ring + Tree), predict the Tree of 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}, ("ring", "tree"), "", "tree"),
+    ("fit 4x1 + 2x1 (Ring + Tree), predict the Tree of 2x2", {"4x1", "2x1"}, {"2x2"}, ("ring", "tree"), "", "tree"),
 )
 
 
@@ -100,17 +109,25 @@ def main(argv: list[str]) -> int:
     one_node = [s for r in records if r["nodes"] == 1 and r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
     print(f"data: {data}\n")
     print(f"{'split / held-out shape':58s} {'algorithm':9s} {'<1 MiB mean/max %':>18s} {'>=1 MiB mean/max %':>19s} {'auto = NCCL':>11s}")
-    for title, train, test in SPLITS:
-        fitted = [s for r in records if r["nodes"] > 1 and _shape(r) in train and r.get("algorithm_forced") == "ring"
-                  for s in _samples(r, path)]
+    for title, train, test, algorithms, launch, reported in SPLITS:
+        def is_fitted(r: dict[str, Any], train: set[str] = train, algorithms: tuple[str, ...] = algorithms,
+                      launch: str = launch) -> bool:
+            return (r["nodes"] > 1 and _shape(r) in train and r.get("algorithm_forced") in algorithms
+                    and launch in ("", r["launch_id"]))
+
+        fitted = [s for r in records if is_fitted(r) for s in _samples(r, path)]
         calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, title)
         print(title)
         for record in records:
-            if _shape(record) not in test or (_shape(record) in train and record.get("algorithm_forced") == "ring"):
-                continue  # a fitted sweep is never reported as a prediction
+            if _shape(record) not in test or is_fitted(record) or (launch and record["launch_id"] == launch):
+                continue  # a fitted sweep (or launch) is never reported as a prediction
+            if reported != "any" and record.get("algorithm_forced") != reported:
+                continue
             model, floor_s = _model(calibration, record)
             forced = record.get("algorithm_forced")
-            small, large, agree = [], [], 0
+            small: list[float] = []
+            large: list[float] = []
+            agree = 0
             for row in record["rows"]:
                 algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
                 predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)

@@ -223,7 +223,8 @@ def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
     # one-node classes first: a network fit takes its base and intra-node hop latencies from them
     for link_class, group in sorted(by_class.items(), key=lambda kv: (kv[0] == INTER_NODE_LINK_CLASS, kv[0])):
         if link_class == INTER_NODE_LINK_CLASS:
-            fitted[link_class] = fit_network(group, {k: v for k, v in fitted.items() if k != INTER_NODE_LINK_CLASS})
+            one_node = {k: v for k, v in fitted.items() if k != INTER_NODE_LINK_CLASS}
+            fitted[link_class] = fit_network(group, one_node, [s for k, g in by_class.items() if k in one_node for s in g])
             continue
         entry = fit_link_class(group)
         worlds = sorted({s.world_size for s in group})
@@ -241,13 +242,16 @@ def shape_key(nodes: int, world_size: int) -> str:
     return f"{nodes}x{world_size // nodes}"
 
 
-def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str, Any]] | None = None,
+                one_node_samples: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
     """The inter-node network, from all-reduce sweeps across nodes, apart from the intra-node classes.
 
     A ring across nodes waits on its slowest hop every step, the network's: so one per-hop latency
     and one bandwidth describe every shape, and the pooled fit is what transfers to a shape that was
     not measured. Each measured shape also keeps its own fit, used when a scenario has that shape.
-    Where the sweeps say which algorithm ran, only forced rings are fitted (the model is a ring's).
+    Where the sweeps say which algorithm ran, the ring's curves are fitted on the forced rings and
+    the tree's own network hop and bandwidth on the forced trees (``_tree_network_fit``).
+    ``one_node_samples``: the one-node sweeps, whose rows give the base and intra-node hop latency.
     """
     from dataclasses import replace
 
@@ -260,14 +264,17 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     chosen = rings or samples
     intra_name = _one_node_class(chosen, one_node or {})
     intra = (one_node or {}).get(intra_name) if intra_name else None
+    inside = [s for s in one_node_samples if s.link_class == intra_name]
     used = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in chosen]
-    entry = _network_entry(used, intra_name, intra)
+    trees = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in samples if s.algorithm == "tree" and rings]
+    entry = _network_entry(used, intra_name, intra, inside, trees)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
     entry["shapes"] = shapes
     entry["algorithm_fitted"] = "ring" if rings else "NCCL's default choice"
     if len(shapes) > 1:
         entry["by_shape"] = {
-            key: _network_entry([s for s in used if shape_key(s.nodes, s.world_size) == key], intra_name, intra)
+            key: _network_entry([s for s in used if shape_key(s.nodes, s.world_size) == key], intra_name, intra, inside,
+                                [s for s in trees if shape_key(s.nodes, s.world_size) == key])
             for key in shapes
         }
     return entry
@@ -284,18 +291,24 @@ def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict
     return next(iter(one_node)) if len(one_node) == 1 else None
 
 
-def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intra: dict[str, Any] | None) -> dict[str, Any]:
+def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intra: dict[str, Any] | None,
+                   inside: Sequence[AllReduceSample] = (), trees: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
     """The network's entry: the envelope fit of ``fit_link_class``, and where NCCL's log names every
     row's protocol and a one-node fit exists, NCCL's latency structure in its place (tuning.cc
     ``ncclTopoTuneModel``: ring latency = base + intra-node hops x intraLat + inter-node steps x
     interLat; tree = base + 2 (chain hops x intraLat + log2(nodes) x interLat)). One world size per
     shape cannot tell a per-hop latency from the base (the envelope fit then puts the whole ring's
     latency, six hops on 2x2, into the base, which the tree also pays: tree 64 KiB priced 678 us
-    against 80 measured); the base and intra-node hop of the one-node fit (two world sizes) can,
-    so only the network's hop latency and bandwidth are fitted here, per protocol on its own rows.
+    against 80 measured); the one-node rows (two world sizes) can: per protocol NCCL's log names,
+    base + 2(n-1) hop fitted on those rows (``_one_node_latencies``), so only the network's hop
+    latency and bandwidth are fitted here, per protocol on its own rows.
     The hops counted are the ring schedule's own (``schedules.build_schedule``), so the model prices
     the fitted structure exactly; the fitted latencies are measured, so NCCL's model terms that
-    would add to them (ring plateau, net overhead floor, ring LL's quarter bandwidth) are off."""
+    would add to them (ring plateau, net overhead floor, ring LL's quarter bandwidth) are off.
+    ``trees``: forced-Tree rows of the same shapes; the tree's own network hop and bandwidth are
+    fitted on them (``_tree_network_fit``), and the entry says when there were none."""
+    from dataclasses import replace
+
     entry = fit_link_class(used)
     if intra is None or not all(s.nccl_protocol for s in used):
         entry["latency_structure"] = "envelope fit (no NCCL log naming every row's protocol, or no one-node fit)"
@@ -304,12 +317,12 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
     intra_table = ProtocolTable.from_dict(intra["protocol_table"])
     intra_transport = nccl_transport_of_class(intra_name)
     floor_s = float(intra.get("call_floor_s", 0.0))
+    base_s, intra_hop_s = _one_node_latencies(inside, intra_table, intra_transport)
     counts = {key: _ring_hops(*key) for key in {(s.world_size, s.world_size // s.nodes) for s in used}}
 
     def fixed_s(s: AllReduceSample, protocol: str) -> float:
         intra_hops, _ = counts[(s.world_size, s.world_size // s.nodes)]
-        return (intra_table.base_latency("ring", protocol)
-                + intra_hops * intra_table.hop_latency(intra_transport, "ring", protocol, 0.0))
+        return base_s[protocol] + intra_hops * intra_hop_s[protocol]
 
     fits: dict[str, tuple[float, float]] = {}  # protocol -> (net hop s, bus bandwidth B/s)
     for protocol in PROTOCOL_NAMES:
@@ -328,20 +341,35 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
     # a protocol NCCL never ran across the network here is priced as Simple (NCCL disables LL128 there)
     hop = {p: fits.get(p, fits["simple"])[0] for p in PROTOCOL_NAMES}
     bus = {p: fits.get(p, fits["simple"])[1] for p in PROTOCOL_NAMES}
+    efficiency = {p: min(1.0, bus[p] / reference_Bps) for p in PROTOCOL_NAMES}
+    tree = _tree_network_fit(trees, base_s, intra_hop_s, reference_Bps, efficiency)
+    tree_hop = {p: tree["hop_latency_s"][p] for p in PROTOCOL_NAMES} if tree else hop
     ran = {s.nccl_protocol for s in used if s.nccl_protocol}
     default = ProtocolTable()
+    protocol_efficiency = {k: v for k, v in default.algorithm_protocol_efficiency.items()
+                           if not (k[0] == "ring" and k[2] == "multi-node")}
+    if tree:
+        # the tree's measured bandwidth replaces NCCL's model terms for it across nodes
+        protocol_efficiency = {k: v for k, v in protocol_efficiency.items() if not (k[0] == "tree" and k[2] == "multi-node")}
+        protocol_efficiency.update({("tree", p, "multi-node"): tree["bandwidth_factor"][p] for p in PROTOCOL_NAMES})
     table = ProtocolTable(
-        base_latency_s={(family, p): intra_table.base_latency(family, p) for family in ("ring", "tree") for p in PROTOCOL_NAMES},
-        hop_latency_s={(INTER_NODE_TRANSPORT, family, p): hop[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
-        transport_efficiency={(INTER_NODE_TRANSPORT, p): min(1.0, bus[p] / reference_Bps) for p in PROTOCOL_NAMES},
+        base_latency_s={(family, p): base_s[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+        # the intra-node hops the base was fitted with travel with it (they override the one-node
+        # class's own for a collective across nodes)
+        hop_latency_s={**{(intra_transport, family, p): intra_hop_s[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+                       **{(INTER_NODE_TRANSPORT, "ring", p): hop[p] for p in PROTOCOL_NAMES},
+                       **{(INTER_NODE_TRANSPORT, "tree", p): tree_hop[p] for p in PROTOCOL_NAMES}},
+        transport_efficiency={(INTER_NODE_TRANSPORT, p): efficiency[p] for p in PROTOCOL_NAMES},
         hop_latency_mode="absolute",
         protocols=tuple(p for p in PROTOCOL_NAMES if p in ran),
         nccl_tuning=_logged_tuning(used),
         ring_plateau_factor=1.0,
         net_overhead_s={},
-        algorithm_protocol_efficiency={k: v for k, v in default.algorithm_protocol_efficiency.items()
-                                       if not (k[0] == "ring" and k[2] == "multi-node")},
+        algorithm_protocol_efficiency=protocol_efficiency,
     )
+    if tree:
+        # a fitted tree's bandwidth is measured: NCCL's 0.92 and its size correction would add to it
+        table = replace(table, algorithm_efficiency={}, tree_size_correction={})
 
     def time_s(s: AllReduceSample) -> float:
         protocol = s.nccl_protocol or "simple"
@@ -356,17 +384,105 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
         "call_floor_s": floor_s,
         "protocol_table": table.to_dict(),
         "protocol_fits": {
-            p: {"base_latency_s": intra_table.base_latency("ring", p), "hop_latency_s": hop[p],
+            p: {"base_latency_s": base_s[p], "hop_latency_s": hop[p],
                 "bus_bandwidth_Bps": bus[p], "selected": p in ran, "fitted_rows": p in fits}
             for p in PROTOCOL_NAMES
         },
-        "latency_structure": (f"NCCL's: base and intra-node hop from link_classes.{intra_name} (one-node fit), "
-                              "network hop and bandwidth fitted per protocol on the rows NCCL's log names; "
-                              f"call floor from link_classes.{intra_name}"),
+        "latency_structure": (f"NCCL's: base and intra-node hop per protocol on the one-node rows of {intra_name} "
+                              "NCCL's log names, network hop and bandwidth fitted per protocol on the rows NCCL's "
+                              f"log names; call floor from link_classes.{intra_name}"),
+        "tree_fit": tree or {"fitted": False,
+                             "note": "no forced-Tree sweeps across nodes: the tree is priced with the ring's network "
+                                     "hop and NCCL's tree bandwidth terms, not measured"},
         "fit_mean_error_pct": sum(errors) / len(errors),
         "fit_max_error_pct": max(errors),
     })
     return entry
+
+
+def _one_node_latencies(inside: Sequence[AllReduceSample], intra_table: ProtocolTable,
+                        intra_transport: str) -> tuple[dict[str, float], dict[str, float]]:
+    """(base s, intra-node hop s) per protocol, each fitted on the one-node rows NCCL's log says ran
+    it (``fit_protocol_rows``; 1x2 and 1x4 tell the hop from the base). Not the one-node class's
+    envelope curves: there Simple wins only from 2 MiB, where its base is not determined (815 us
+    fitted on the H200 multi-node campaign against 31-44 us from its own rows), and every network
+    row then started from that base. A protocol without rows of its own takes Simple's; without
+    any rows (no log), the one-node class's table."""
+    fitted: dict[str, tuple[float, float]] = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in inside if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+        if len({s.bytes for s in rows}) >= MIN_PROTOCOL_SIZES:
+            f = fit_protocol_rows([s.bytes for s in rows], [s.world_size for s in rows], [s.time_s for s in rows])
+            fitted[protocol] = (f.base_s, f.hop_s)
+    if "simple" not in fitted:
+        return ({p: intra_table.base_latency("ring", p) for p in PROTOCOL_NAMES},
+                {p: intra_table.hop_latency(intra_transport, "ring", p, 0.0) for p in PROTOCOL_NAMES})
+    return ({p: fitted.get(p, fitted["simple"])[0] for p in PROTOCOL_NAMES},
+            {p: fitted.get(p, fitted["simple"])[1] for p in PROTOCOL_NAMES})
+
+
+def _tree_network_fit(trees: Sequence[AllReduceSample], base_s: dict[str, float], intra_hop_s: dict[str, float],
+                      ring_bus_Bps: float, efficiency: dict[str, float]) -> dict[str, Any] | None:
+    """The tree's own network hop latency and bandwidth per protocol, from forced-Tree rows; None
+    where there are no Simple tree rows.
+
+    Latency, NCCL's tree structure (tuning.cc): base + 2 (chain hops x intra hop + depth x tree net
+    hop), depth = ``schedules.tree_depth`` (log2 of the nodes), base and intra hop as the ring's.
+    The ring's network hop does not transfer: on the H200 campaign a tree's network hop costs
+    ~15 us where the ring's Simple step costs ~53 us (tree 2x2 below 1 MiB was 70-80% too slow).
+    Bandwidth: the model's tree moves degree x S/2 through the busiest node's NIC per direction
+    (``schedules.tree_max_degree``: both trees' edges at that node, S/2 each) on the NIC the
+    ring's fit sized. Measured on the H200 campaign (forced Tree vs forced Ring, 1 GiB), the tree
+    gets less than that NIC: per direction 3.06 GB/s (2x2), 3.5 (2x1), 3.06 (4x1) against the
+    ring's 5.1, 3.9, 3.5. Why 2x2 most: NCCL's log (``Trees [0] 1/2/-1->0->-1 [1]
+    1/-1/-1->0->2``, ``Channel 00/02 : 0 1 2 3``) puts both directions of both tree channels'
+    network traffic on one GPU's proxy and socket threads (rank 0), where the ring sends from rank
+    1 and receives on rank 0: one process moves 2S through sockets for the tree against 1.5S for
+    the ring. Where each GPU is its own node (2x1, 4x1) both algorithms send and receive on every
+    GPU, and the tree is within 12% of the NIC model. The measured ratio is kept as one factor per
+    protocol (``bandwidth_factor``, the model's ``algorithm_protocol_efficiency`` for the tree
+    across nodes), fitted with the hop latency on the rows NCCL's log names, per shape where the
+    entry is a shape's."""
+    from ddpsim.collectives.schedules import tree_depth, tree_max_degree
+
+    if not trees:
+        return None
+
+    def chain_s(s: AllReduceSample, protocol: str) -> float:
+        return base_s[protocol] + 2 * (s.world_size // s.nodes - 1) * intra_hop_s[protocol]
+
+    fits: dict[str, tuple[float, float]] = {}  # protocol -> (tree net hop s, NIC bytes/s per direction)
+    rows_used: dict[str, int] = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in trees if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
+            continue
+        x = fit_nonnegative(
+            [np.array([2 * tree_depth(s.nodes) for s in rows], dtype=float),
+             np.array([tree_max_degree(s.nodes) * s.bytes / 2 for s in rows])],
+            np.array([chain_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
+        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
+        rows_used[protocol] = len(rows)
+    if "simple" not in fits:
+        return None
+    # the model's NIC for protocol p runs at ring_bus_Bps x efficiency[p]; the factor (in (0, 2],
+    # ProtocolTable's range) brings the tree's flows to the measured rate. A protocol without tree
+    # rows of its own (LL ran the tree at one size at most) keeps Simple's hop and tree/ring ratio
+    # on its own ring efficiency: Simple's absolute rate would make a tree LL 3.6x its ring LL
+    factor = {p: float(min(2.0, max(1e-3, nic_Bps / (ring_bus_Bps * efficiency[p]))))
+              for p, (_, nic_Bps) in fits.items()}
+    hop = {p: fits.get(p, fits["simple"])[0] for p in PROTOCOL_NAMES}
+    factor = {p: factor.get(p, factor["simple"]) for p in PROTOCOL_NAMES}
+    nic = {p: ring_bus_Bps * efficiency[p] * factor[p] for p in PROTOCOL_NAMES}
+    return {
+        "fitted": True,
+        "hop_latency_s": hop,
+        "nic_Bps_per_direction": nic,
+        "bandwidth_factor": factor,
+        "rows": rows_used,
+        "note": "forced-Tree rows: tree network hop and bandwidth per protocol NCCL's log names "
+                "(a protocol with fewer than three sizes takes Simple's)",
+    }
 
 
 def _ring_hops(world_size: int, gpus_per_node: int) -> tuple[int, int]:
