@@ -109,6 +109,9 @@ def _print_calibration(links: dict, overheads: dict) -> None:
     for link_class, entry in links.items():
         if entry.get("protocols_from", "").startswith("no NCCL log"):
             print(f"{link_class}: {entry['protocols_from']}")
+        tree = entry.get("tree_fit")
+        if isinstance(tree, dict) and not tree.get("fitted", True):
+            print(f"{link_class}: {tree['note']}")  # the tree then runs on the ring's network numbers
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
         rows.clear()
