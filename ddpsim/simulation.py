@@ -156,6 +156,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         # the step process takes the extra fraction (0 = no effect); the scenario states factors >= 1
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
+        idle_start_wait_s=overheads.idle_start_wait_s if communicating else 0.0,
         # a registered comm hook is called from Python for every bucket, on the thread running
         # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s)
         bucket_cpu_s=(overheads.bucket_cpu_s + (overheads.hook_cpu_s if hooked else 0.0)) if communicating else 0.0,

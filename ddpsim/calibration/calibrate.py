@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
-from ddpsim.calibration.fit import fit_links, fit_noise, fit_overheads, measure_stretch
+from ddpsim.calibration.fit import IDLE_WAIT_TERMS, fit_links, fit_noise, fit_overheads, measure_stretch
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import (
     AllReduceSample,
@@ -113,12 +113,14 @@ def calibrate(
     timing_runs: Sequence[dict[str, Any]] = (),
     fix_measured_stretch: bool = False,
     compute_slowdowns: Sequence[tuple[str, float]] = (),
+    idle_start_wait: bool = False,
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
     Noise is measured on every run given, plain or not (the spread is the measurement's, not a fit).
     The all-reduce stretch is measured from ``timing_runs``' per-bucket traces and reported; with
-    ``fix_measured_stretch`` the fit takes it as given instead of fitting it."""
+    ``fix_measured_stretch`` the fit takes it as given instead of fitting it. With ``idle_start_wait``
+    the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS)."""
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
     links = fit_links(samples)
@@ -139,7 +141,7 @@ def calibrate(
             # hosts' value it predicted held-out hosts worse (leave-one-host-out NVLink 13.6% against 7.4%)
             fix = fix_measured_stretch and link_class in stretch
             measured = {"allreduce_stretch": stretch[link_class]["value"]} if fix else None
-            overheads[link_class] = _fit_class(group, profiles, link_fits, measured)
+            overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait)
             if log:
                 log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
     return {
@@ -178,14 +180,16 @@ def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
 
 
 def _fit_class(
-    runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None
+    runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None,
+    idle_start_wait: bool = False,
 ) -> dict[str, Any]:
-    entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured)
+    terms = IDLE_WAIT_TERMS if idle_start_wait else None
+    entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured, terms=terms)
     by_world: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         by_world[int(run["world_size"])].append(run)
     if len(by_world) > 1:
-        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits, measured_terms=measured)
+        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits, measured_terms=measured, terms=terms)
                                   for w, group in sorted(by_world.items())}
     return entry
 

@@ -49,11 +49,29 @@ FITTED_TERMS: dict[str, tuple[float, float]] = {
     "bucket_cpu_s": (0.0, 200e-6),  # the backward thread's time to launch one bucket
     "buffer_sync_s": (0.0, 10e-3),  # DDP's per-step buffer broadcast beyond its wire time
 }
+# The same terms with the constant stretch replaced by a wait per all-reduce started on an idle
+# stream (``calibrate --idle-start-wait``, not the default). Fitted on ResNet-50 and GPT-2, the
+# stretch came out 1.8 to 3.9 on NVLink and made the communication-bound mlp-heavy 57% too slow when
+# held out. The per-bucket traces of h200x4-2026-11-26 (4 GPUs, cap 25) put the extra time of an
+# all-reduce inside DDP where the stream was idle when the bucket was launched (NVLink +0.75 ms
+# ResNet-50, +2.4 ms GPT-2, +0.24 ms mlp-heavy over the same size alone; shm +1.8 / +4.3 / +0.5 ms)
+# and much less where it was queued behind the previous bucket (shm +0.06 to +0.16 ms, NVLink
+# mlp-heavy +0.13 ms): a wait per idle start (the other ranks arriving), not a factor on every call.
+# Slowdown while backward compute runs beside it stays ``comm_slowdown`` (it acts only then).
+# Leave-one-model-out on that campaign: NVLink 23.7% -> 13.6% mean (73.7 -> 45.4 max), but shm
+# 4.5 -> 8.3% and sockets 12.1 -> 14.7%, hence not the default.
+IDLE_WAIT_TERMS: dict[str, tuple[float, float]] = {
+    **{n: r for n, r in FITTED_TERMS.items() if n != "allreduce_stretch"},
+    "idle_start_wait_s": (0.0, 5e-3),  # an all-reduce started on an idle stream waiting for the other ranks
+}
+# the range a measured stretch is clipped to
+STRETCH_RANGE = FITTED_TERMS["allreduce_stretch"]
 NO_EFFECT: dict[str, Any] = {
     "bucket_launch_s": 0.0,
     "compute_slowdown": 1.0,
     "comm_slowdown": 1.0,
     "allreduce_stretch": 1.0,
+    "idle_start_wait_s": 0.0,
     "bucket_cpu_s": 0.0,
     "buffer_sync_s": 0.0,
     "max_inflight_buckets": None,
@@ -511,8 +529,10 @@ def fit_overheads(
     link_calibration: Calibration,
     starts: Sequence[dict[str, float]] | None = None,
     measured_terms: dict[str, float] | None = None,
+    terms: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
-    """Bounded least squares (scipy) of the relative step-time error over ``FITTED_TERMS``.
+    """Bounded least squares (scipy) of the relative step-time error over ``terms`` (default
+    ``FITTED_TERMS``; ``IDLE_WAIT_TERMS`` for the idle-start wait in place of the stretch).
 
     Terms no run can tell apart (a model without buffers says nothing of ``buffer_sync_s``) stay at
     their no-effect value. The entry reports each term's standard error from the Jacobian at the
@@ -532,11 +552,12 @@ def fit_overheads(
         raise ScenarioError("no calibration runs with a measured profile")
     prepared = [prepare(run_scenario(run, path, link_calibration)) for run, path in with_profile if path is not None]
     measured = np.array([float(run["step_s_median"]) for run in runs])
+    ranges = FITTED_TERMS if terms is None else terms
     fixed = dict(measured_terms or {})  # terms measured directly are not fitted
-    names = [n for n in FITTED_TERMS if n not in fixed
+    names = [n for n in ranges if n not in fixed
              and (n != "buffer_sync_s" or any(p.workload.buffer_bytes > 0 for p in prepared))]
-    low = np.array([FITTED_TERMS[n][0] for n in names])
-    span = np.array([FITTED_TERMS[n][1] - FITTED_TERMS[n][0] for n in names])
+    low = np.array([ranges[n][0] for n in names])
+    span = np.array([ranges[n][1] - ranges[n][0] for n in names])
 
     def values(unit: np.ndarray) -> dict[str, Any]:
         # the optimiser works on each term scaled to [0, 1] of its range, so one step size suits all
@@ -552,7 +573,7 @@ def fit_overheads(
 
     # the terms trade off (slower compute vs slower communication both lengthen backward), so start
     # from several points and keep the best
-    default_starts = [{}, {"comm_slowdown": 4.0}, {"compute_slowdown": 1.5, "bucket_launch_s": 40e-6}]
+    default_starts = [{}, {"comm_slowdown": 4.0}, {"compute_slowdown": 1.5, "bucket_launch_s": 40e-6, "idle_start_wait_s": 500e-6}]
     finishes = []
     for start in starts if starts is not None else default_starts:
         x0 = np.array([(start.get(n, NO_EFFECT[n]) - lo) / sp for n, lo, sp in zip(names, low, span, strict=True)])
@@ -571,7 +592,7 @@ def fit_overheads(
         "standard_error": _standard_errors(best.jac, best.fun, names, span),
         # every lower bound is the term's no-effect value, an honest result; the upper bound is not
         "warnings": [
-            f"{n} = {params[n]:.3g} sits on the upper bound of its physical range {FITTED_TERMS[n]}: "
+            f"{n} = {params[n]:.3g} sits on the upper bound of its physical range {ranges[n]}: "
             "the runs push it further, so a mechanism is probably missing from the model"
             for n, x in zip(names, best.x, strict=True)
             if x > 1 - _AT_BOUND
@@ -620,7 +641,7 @@ def measure_stretch(
         if alone and duration > 0:
             ratios[str(run["transport"])].append(duration / alone)
     return {
-        link_class: {"value": min(max(median(values), 1.0), FITTED_TERMS["allreduce_stretch"][1]), "runs": len(values)}
+        link_class: {"value": min(max(median(values), STRETCH_RANGE[0]), STRETCH_RANGE[1]), "runs": len(values)}
         for link_class, values in ratios.items()
     }
 

@@ -8,12 +8,11 @@ a step time that silently assumed it.
 
 from __future__ import annotations
 
-from ddpsim.scenario.schema import Scenario
+from ddpsim.scenario.schema import OverheadSpec, Scenario, field_specs
 from ddpsim.units import format_time
 
-# the overhead terms a user can write, by their scenario key (OverheadSpec)
-OVERHEAD_KEYS = ("bucket_launch", "copy_bandwidth", "compute_slowdown", "comm_slowdown", "allreduce_stretch",
-                 "max_inflight_buckets", "bucket_cpu", "hook_cpu", "buffer_sync")
+# the overhead terms a user can write, by their scenario key
+OVERHEAD_KEYS = tuple(fs.key for _name, fs in field_specs(OverheadSpec))
 
 
 def bandwidth_text(bandwidth_Bps: float) -> str:

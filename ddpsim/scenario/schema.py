@@ -287,6 +287,9 @@ class OverheadSpec:
     allreduce_stretch: float = spec("allreduce_stretch", "number",
                                     "every all-reduce inside DDP takes this many times the isolated call", 1.0,
                                     **_FACTOR)
+    idle_start_wait_s: float = spec("idle_start_wait", "time",
+                                    "an all-reduce that starts on an idle NCCL stream waits this long for the "
+                                    "other ranks; one queued behind another does not", "0us", **_LATENCY)
     max_inflight_buckets: int | None = spec("max_inflight_buckets", "int",
                                             "the launch path blocks after this many outstanding all-reduces", None,
                                             minimum=1, maximum=1_000_000, default_text="never blocks")
