@@ -125,7 +125,11 @@ def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False
         protocols=tuple(p for p in PROTOCOL_NAMES if p in ran) if ran else PROTOCOL_NAMES,
         nccl_tuning=_logged_tuning(used),
     )
-    errors = [abs(_fitted_time_s(fits, s, floor_s) / s.time_s - 1) * 100 for s in used]
+    # the fit's own error: per logged protocol where each curve was fitted on its rows, else the envelope
+    # (an envelope curve is named after the protocol NCCL ran most where it is fastest, and prices
+    # nothing else: a Simple curve fitted on 1 GiB rows says nothing of an 8 KiB row NCCL ran on Simple)
+    errors = [abs((_fitted_time_s(fits, s, floor_s) if by_log else envelope_s(fits, s.bytes, s.world_size, floor_s)[0])
+                  / s.time_s - 1) * 100 for s in used]
     return {
         "bandwidth_Bps": reference_Bps,
         "latency_s": min(hops[p] for p in chosen),
