@@ -27,6 +27,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
+from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
 from ddpsim.topology.link_kinds import link_class_of_type
@@ -81,7 +82,10 @@ def prepare(scenario: Scenario) -> Prepared:
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
         topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)
-    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, calibrated.sources)
+    measured_in = workload.measured.source if workload.measured is not None else None
+    sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency),
+               **calibrated.sources}
+    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
 def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:
@@ -153,6 +157,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         # the step process takes the extra fraction (0 = no effect); the scenario states factors >= 1
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
+        idle_start_wait_s=overheads.idle_start_wait_s if communicating else 0.0,
         # a registered comm hook is called from Python for every bucket, on the thread running
         # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s); a compress
         # hook's own work on that thread comes on top (ddpsim.ddp.hooks names it and its measurement)

@@ -87,4 +87,71 @@ def test_shipped_calibration_has_no_network_and_a_multi_node_scenario_says_so(tm
         "calibration: cal.json\n"
     )
     sources = apply_calibration(load_scenario(str(tmp_path / "s.yaml"))).sources
-    assert sources["inter-node network"].startswith("scenario") and "no 'net' fit" in sources["inter-node network"]
+    # nothing in the file and nothing fitted: the line says the network is ddpsim's default
+    assert sources["inter-node network"].startswith("ddpsim's defaults") and "no 'net' fit" in sources["inter-node network"]
+    assert "nic_bandwidth 400 Gbps" in sources["inter-node network"]
+
+
+# NCCL-structured synthetic campaign: one-node rings (1x2, 1x4), and on 2x2 a forced Ring and a forced
+# Tree whose network hop and bandwidth differ from the ring's, as measured on the sockets network
+BASE_S, INTRA_HOP_S, INTRA_BUS_BPS = 30e-6, 1e-6, 300e9
+RING_NET_HOP_S, RING_NET_BUS_BPS = 50e-6, 5e9
+TREE_NET_HOP_S, TREE_NIC_BPS = 15e-6, 3e9
+NET_SIZES = [2**k for k in range(16, 31)]
+
+
+def _one_node_rows():
+    return [AllReduceSample("nvlink", n, 1, s, BASE_S + 2 * (n - 1) * INTRA_HOP_S + s * 2 * (n - 1) / n / INTRA_BUS_BPS,
+                            "synthetic", "ring", nccl_protocol="simple") for n in (2, 4) for s in NET_SIZES]
+
+
+def _ring_2x2_rows():
+    # a chunk's 2(n-1) = 6 hops on 2 nodes of 2 GPUs alternate node and network: 3 of each
+    return [AllReduceSample("nvlink", 4, 2, s, BASE_S + 3 * INTRA_HOP_S + 3 * RING_NET_HOP_S + s * 1.5 / RING_NET_BUS_BPS,
+                            "synthetic", "ring", nccl_protocol="simple") for s in NET_SIZES]
+
+
+def _tree_2x2_rows():
+    # NCCL's tree on 2 nodes: a 1-hop chain per node, depth 1 across nodes, up and back down; both
+    # trees' edges join the same two nodes, so each node's NIC carries 2 x S/2 per direction
+    return [AllReduceSample("nvlink", 4, 2, s, BASE_S + 2 * (INTRA_HOP_S + TREE_NET_HOP_S) + s / TREE_NIC_BPS,
+                            "synthetic", "tree", nccl_protocol="simple") for s in NET_SIZES]
+
+
+def _model_2x2(fitted):
+    from dataclasses import replace
+
+    from ddpsim.collectives import CollectiveModel
+    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.topology import build_topology
+
+    scenario = scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 1},
+        "cluster": {"gpu": "H200", "nodes": 2, "gpus_per_node": 2, "intra_node": {"type": "nvswitch"},
+                    "inter_node": {"type": "fat-tree", "nics_per_node": 1}},
+    })
+    cal = calibration_from_dict({"schema": SCHEMA, "link_classes": fitted}, "synthetic")
+    calibrated = apply_calibration(replace(scenario, calibration=cal))
+    return CollectiveModel(build_topology(calibrated.scenario.cluster), calibrated.protocol_table)
+
+
+def test_forced_tree_rows_fit_the_trees_own_network_hop_and_bandwidth():
+    fitted = fit_links(_one_node_rows() + _ring_2x2_rows() + _tree_2x2_rows())
+    tree = fitted["net"]["tree_fit"]
+    assert tree["fitted"]
+    assert tree["hop_latency_s"]["simple"] == pytest.approx(TREE_NET_HOP_S, rel=0.02)
+    assert tree["nic_Bps_per_direction"]["simple"] == pytest.approx(TREE_NIC_BPS, rel=0.02)
+    model = _model_2x2(fitted)
+    for row in _tree_2x2_rows():
+        assert model.allreduce_time_s(row.bytes, "tree", "simple") == pytest.approx(row.time_s, rel=0.03), row.bytes
+    for row in _ring_2x2_rows():
+        assert model.allreduce_time_s(row.bytes, "ring", "simple") == pytest.approx(row.time_s, rel=0.03), row.bytes
+
+
+def test_without_tree_sweeps_the_network_entry_says_the_tree_is_not_measured():
+    fitted = fit_links(_one_node_rows() + _ring_2x2_rows())
+    assert fitted["net"]["tree_fit"]["fitted"] is False
+    assert "no forced-Tree sweeps" in fitted["net"]["tree_fit"]["note"]
+    # the tree then keeps the ring's network hop, not a measured one of its own
+    table = fitted["net"]["protocol_table"]["hop_latency_s"]
+    assert table["net/tree/simple"] == table["net/ring/simple"]

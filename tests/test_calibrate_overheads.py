@@ -9,7 +9,7 @@ import pytest
 from ddpsim.calibration.file import read_calibration
 from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
 from ddpsim.calibration.measured_scenarios import run_scenario
-from ddpsim.calibration.measurements import read_harness_allreduce
+from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
 from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -36,6 +36,7 @@ def _run(model, cap):
         "world_size": 2,
         "transport": "nvlink",
         "fingerprint": {"gpu_name": "NVIDIA H200", "hostname_count": 1},
+        "_source": os.path.join(DATA, "ddp_runs.jsonl"),  # its campaign, whose profiles it is predicted from
     }
 
 
@@ -58,7 +59,7 @@ def test_fit_reproduces_runs_generated_with_known_overheads(links):
     for run in runs.values():
         run["step_s_median"] = _simulated(run, links, TRUE)
     calibration_runs = [runs[(m, c)] for m in PROFILES for c in (5, 50)]
-    fitted = fit_overheads(calibration_runs, PROFILES, links)
+    fitted = fit_overheads(calibration_runs, Profiles.from_paths(list(PROFILES.values())), links)
     assert fitted["calibration_mape_pct"] < 0.5
     params = {k: fitted[k] for k in TRUE}
     for (model, cap), run in runs.items():

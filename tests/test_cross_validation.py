@@ -10,6 +10,7 @@ import shutil
 
 import pytest
 
+from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.validate import cross_validate, validate
 from ddpsim.cli import main
 
@@ -195,3 +196,20 @@ def test_launch_levels_from_the_reference_configuration():
     [normalised] = normalised_by_reference([row], load_measurements([camp]).runs)
     assert normalised.measured_s == pytest.approx(0.05 / (refs["nvlink_2x2_1"] / middle), rel=1e-12)
     assert normalised.launch_level == pytest.approx(refs["nvlink_2x2_1"] / middle, rel=1e-12)
+
+
+def test_each_run_is_predicted_from_its_own_campaigns_profile():
+    # the same models profiled on two allocations of 4 x H100 differ by up to 1.5x in forward time
+    # (a slower host CPU): a run must never take the other campaign's profile
+    dirs = [os.path.join(DATA, d)
+            for d in ("h100x4-options-2026-11-26", "h100x4-options-2026-11-26b")]
+    measured = load_measurements(dirs)
+    assert len(measured.runs) == 82
+    for run in measured.runs:
+        path = measured.profiles.for_run(run)
+        assert path is not None
+        assert os.path.dirname(os.path.dirname(path)) == os.path.dirname(run["_source"])
+        assert os.path.basename(path) == f"{run['model']}.json"
+    forwards = {campaign: json.load(open(p))["forward_s"]
+                for (campaign, model), p in measured.profiles.paths.items() if model == "bert-large"}
+    assert len(set(forwards.values())) == 2

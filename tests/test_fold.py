@@ -80,7 +80,7 @@ def test_folded_ranks_equal_every_rank(mode: str, case: dict, monkeypatch: pytes
 
 
 @pytest.mark.parametrize("overheads", [
-    {"compute_slowdown": 1.0, "comm_slowdown": 0.5, "bucket_cpu_s": 2e-5},
+    {"compute_slowdown": 1.0, "comm_slowdown": 0.5, "bucket_cpu_s": 2e-5, "idle_start_wait_s": 3e-4},
     {"compute_slowdown": 0.3, "max_inflight_buckets": 1, "allreduce_stretch": 1.4},
     {"compute_slowdown": 2.0, "comm_slowdown": 1.0, "max_inflight_buckets": 2, "bucket_launch_s": 1e-4},
 ])

@@ -92,6 +92,25 @@ def test_profile_on_cpu():
     json.dumps(prof)
 
 
+def test_profile_times_steps_without_the_ready_hooks():
+    # the per-parameter Python hooks slow a launch-bound backward: the timed steps must run without them
+    spec = models.MODELS["tiny-mlp"]
+    hooked_per_call = []
+
+    def loss(model, batch):
+        hooked_per_call.append(any(p._post_accumulate_grad_hooks for p in model.parameters()))
+        return spec.loss(model, batch)
+
+    class Spied:
+        def __getattr__(self, name):
+            return loss if name == "loss" else getattr(spec, name)
+
+    prof = worker.profile_model(Spied(), torch.device("cpu"), iters=3, warmup=1)
+    assert hooked_per_call == [False, True, False, True, False, True, False]  # warm-up, then clean/hooked pairs
+    assert prof["iterations"] == 3 and prof["backward_s_hooked"] > 0 and 0 < prof["ready_scale"] <= 1
+    assert sorted(p["ready_order"] for p in prof["params"]) == list(range(6))
+
+
 def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
     dev = torch.device("cpu")
     rows = worker.allreduce_sweep(dev, 1, quick=True, budget_s=1.0, max_bytes=64 * 1024)

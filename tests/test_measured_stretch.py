@@ -56,6 +56,14 @@ def test_calibration_can_take_the_measured_stretch_unfitted(tmp_path):
     # by default the stretch is fitted (it varies between machine allocations); the measurement is reported
     fitted = calibrate(measured.samples, measured.runs, measured.profiles, [5, 50], timing_runs=measured.timing_runs)
     assert "allreduce_stretch" in fitted["overheads"]["nvlink"]["fitted_terms"]
+    assert "idle_start_wait_s" not in fitted["overheads"]["nvlink"]["fitted_terms"]
+    # with the idle-start wait the stretch is neither fitted nor applied; the measurement is still reported
+    waited = calibrate(measured.samples, measured.runs, measured.profiles, [5, 50], timing_runs=measured.timing_runs,
+                       idle_start_wait=True)
+    entry = waited["overheads"]["nvlink"]
+    assert "allreduce_stretch" not in entry["fitted_terms"] and entry["allreduce_stretch"] == 1.0
+    assert "idle_start_wait_s" in entry["fitted_terms"]
+    assert waited["measured_overheads"]["nvlink"]["allreduce_stretch"]["value"] == stretch
     assert fitted["measured_overheads"]["nvlink"]["allreduce_stretch"]["value"] == stretch
 
 

@@ -35,7 +35,7 @@ from ddpsim.topology.link_kinds import INTRA_NODE_TYPES
 README = os.path.join(os.path.dirname(__file__), "..", "README.md")
 MINIMAL = {"workload": {"model": "mlp", "batch_size": 8}, "cluster": {"gpu": "H100-SXM"}}
 # fields that are not YAML fields: the value read from `calibration`, and where the file came from
-INTERNAL = {"calibration", "source", "base_dir"}
+INTERNAL = {"calibration", "source", "base_dir", "defaulted_fields"}
 
 
 def _readme_table() -> str:

@@ -134,3 +134,14 @@ def test_comm_slowdown_only_while_compute_runs():
     env.run()
     # 2.0 s of all-reduce work: 1 s at half speed (0.5 done) while compute runs, then 1.5 s alone
     assert trace.bucket_end_s[0] == pytest.approx(2.0 + 1.0 + 1.5, rel=1e-12)
+
+
+def test_idle_start_wait_only_for_an_all_reduce_launched_onto_an_idle_stream():
+    # bucket 0 ready at 2.0 (stream idle: waits 0.25 s), bucket 1 at 3.0 while bucket 0 still runs
+    # (queued: no wait), bucket 2 at 6.0 after bucket 1 has ended at 5.25 (idle again: waits)
+    buckets = [_bucket(0, [2]), _bucket(1, [1]), _bucket(2, [0])]
+    costs = _costs([(1.0, (2,)), (1.0, (1,)), (3.0, (0,))], 3, 3, idle_start_wait_s=0.25)
+    trace = _run(costs, buckets)[0]
+    assert trace.bucket_start_s == pytest.approx({0: 2.25, 1: 3.75, 2: 6.25}, rel=1e-12)
+    assert trace.bucket_end_s == pytest.approx({0: 3.75, 1: 5.25, 2: 7.75}, rel=1e-12)
+    assert trace.step_end_s == pytest.approx(8.25, rel=1e-12)

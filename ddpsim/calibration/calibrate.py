@@ -13,17 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
-from ddpsim.calibration.fit import fit_links, fit_noise, fit_overheads, measure_stretch
+from ddpsim.calibration.fit import IDLE_WAIT_TERMS, fit_links, fit_noise, fit_overheads, measure_stretch
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import (
     AllReduceSample,
+    Profiles,
     find_data_files,
     read_compute_slowdowns,
     read_ddp_runs,
     read_harness_allreduce,
 )
 from ddpsim.errors import ScenarioError
-from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.schema import DDPSpec
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
@@ -43,7 +43,7 @@ class Measurements:
 
     samples: list[AllReduceSample]
     runs: list[dict[str, Any]]
-    profiles: dict[str, str]
+    profiles: Profiles
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (run label, reason)
     timing_runs: list[dict[str, Any]] = field(default_factory=list)  # per-bucket traces, not predicted
     compute_slowdowns: list[tuple[str, float]] = field(default_factory=list)  # micro-benchmark (class, ratio)
@@ -68,16 +68,6 @@ def host_of(run_or_sample: Any) -> str:
     return os.path.basename(os.path.dirname(os.path.abspath(run_or_sample.source)))
 
 
-def profiles_by_model(paths: Sequence[str]) -> dict[str, str]:
-    """Model name -> profile path, for the harness's ``profiles/*.json``."""
-    profiles = {}
-    for path in paths:
-        model = read_json_object(path, "profile").get("model")
-        if isinstance(model, str):
-            profiles[model] = path
-    return profiles
-
-
 def load_measurements(data_dirs: Sequence[str]) -> Measurements:
     """Every campaign folder under ``data_dirs``; runs that cannot be predicted are listed with why."""
     samples: list[AllReduceSample] = []
@@ -98,15 +88,15 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
                     skipped.append((f"{path}:{run['_line']}", f"status {run.get('status')!r}: {run.get('error') or 'no step time'}"))
                 else:
                     runs.append(run)
-    profiles = profiles_by_model(profile_paths)
+    profiles = Profiles.from_paths(profile_paths)
     usable, timing = [], []
     for run in runs:
         if timing_instrumented(run):
             timing.append(run)
             skipped.append((run_label(run), "per-bucket timing hook (its cost is the instrument's; its traces "
                                             "measure the all-reduce stretch)"))
-        elif run["model"] not in profiles:
-            skipped.append((run_label(run), "no measured profile of this model in the folder"))
+        elif profiles.for_run(run) is None:
+            skipped.append((run_label(run), "no measured profile of this model in its campaign folder"))
         else:
             usable.append(run)
     return Measurements(samples, usable, profiles, skipped, timing, slowdowns)
@@ -115,7 +105,7 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
 def calibrate(
     samples: Sequence[AllReduceSample],
     runs: Sequence[dict[str, Any]],
-    profiles: dict[str, str],
+    profiles: Profiles,
     calibration_caps: Sequence[float] | None,
     links_only: bool = False,
     classes: set[str] | None = None,
@@ -123,12 +113,14 @@ def calibrate(
     timing_runs: Sequence[dict[str, Any]] = (),
     fix_measured_stretch: bool = False,
     compute_slowdowns: Sequence[tuple[str, float]] = (),
+    idle_start_wait: bool = False,
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
     Noise is measured on every run given, plain or not (the spread is the measurement's, not a fit).
     The all-reduce stretch is measured from ``timing_runs``' per-bucket traces and reported; with
-    ``fix_measured_stretch`` the fit takes it as given instead of fitting it."""
+    ``fix_measured_stretch`` the fit takes it as given instead of fitting it. With ``idle_start_wait``
+    the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS)."""
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
     links = fit_links(samples)
@@ -149,7 +141,7 @@ def calibrate(
             # hosts' value it predicted held-out hosts worse (leave-one-host-out NVLink 13.6% against 7.4%)
             fix = fix_measured_stretch and link_class in stretch
             measured = {"allreduce_stretch": stretch[link_class]["value"]} if fix else None
-            overheads[link_class] = _fit_class(group, profiles, link_fits, measured)
+            overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait)
             if log:
                 log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
     return {
@@ -188,14 +180,16 @@ def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
 
 
 def _fit_class(
-    runs: Sequence[dict[str, Any]], profiles: dict[str, str], link_fits: Calibration, measured: dict[str, float] | None
+    runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None,
+    idle_start_wait: bool = False,
 ) -> dict[str, Any]:
-    entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured)
+    terms = IDLE_WAIT_TERMS if idle_start_wait else None
+    entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured, terms=terms)
     by_world: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         by_world[int(run["world_size"])].append(run)
     if len(by_world) > 1:
-        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits, measured_terms=measured)
+        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits, measured_terms=measured, terms=terms)
                                   for w, group in sorted(by_world.items())}
     return entry
 

@@ -21,6 +21,7 @@ import numpy as np
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 # size ranges where NCCL usually runs each protocol: only the starting point of the fit
 _INITIAL_SPLIT_BYTES = (64 * 1024, 4 * 1024 * 1024)
+UNBOUNDED_BPS = 1e15  # a bandwidth the rows do not bound (finite, so that JSON can hold it)
 _FLOOR_S = 1e-9  # smallest latency the fit may use (log space needs a positive number)
 # bounds of (base s, hop s, s per byte): 1 ns .. 1 s latencies, 100 kB/s .. 100 TB/s bandwidths
 _LOG_LOW = np.log(np.array([1e-9, 1e-9, 1e-14]))
@@ -144,3 +145,36 @@ def fit_protocols(
     if with_floor:
         fits["floor"] = ProtocolFit(base_s=floor, hop_s=0.0, busbw_Bps=float("inf"))
     return fits
+
+
+def fit_nonnegative(columns: Sequence[np.ndarray], fixed_s: np.ndarray, times_s: np.ndarray) -> np.ndarray:
+    """Coefficients x >= 0 of times ~ fixed + sum_k x_k * column_k, least squares of the relative
+    error (each row divided by its measured time, so 4 KiB and 1 GiB weigh the same, as the
+    envelope fit's log error does). Linear in x, so scipy's NNLS solves it exactly: no start, no
+    restarts. Used where NCCL's log names each row's protocol, so each curve is fitted alone."""
+    from scipy.optimize import nnls
+
+    times = np.asarray(times_s, dtype=float)
+    matrix = np.column_stack([np.asarray(c, dtype=float) / times for c in columns])
+    target = (times - np.asarray(fixed_s, dtype=float)) / times
+    solution, _residual = nnls(matrix, target)
+    return np.asarray(solution)
+
+
+def fit_protocol_rows(sizes_bytes: Sequence[float], world_sizes: Sequence[int],
+                      times_s: Sequence[float]) -> ProtocolFit:
+    """One protocol's ring curve T = base + 2(n-1) hop + S 2(n-1)/n / busbw from the rows NCCL's log
+    says ran that protocol. Hop latency needs two world sizes to be told from the base (one world
+    size: hop 0, the base holds it all). Rows that never leave the latency leave the bandwidth
+    unbounded: reported as ``UNBOUNDED_BPS``."""
+    sizes = np.asarray(sizes_bytes, dtype=float)
+    worlds = np.asarray(world_sizes, dtype=float)
+    times = np.asarray(times_s, dtype=float)
+    steps = 2 * (worlds - 1)
+    columns = [np.ones_like(sizes), steps, sizes * steps / worlds]
+    vary_hops = len(set(world_sizes)) > 1
+    if not vary_hops:
+        columns.pop(1)
+    x = fit_nonnegative(columns, np.zeros_like(times), times)
+    base, hop, per_byte = (x[0], x[1], x[2]) if vary_hops else (x[0], 0.0, x[1])
+    return ProtocolFit(base_s=float(base), hop_s=float(hop), busbw_Bps=float(1.0 / per_byte) if per_byte > 0 else UNBOUNDED_BPS)

@@ -17,6 +17,7 @@ from typing import Any
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
+from ddpsim.scenario.provenance import inter_node_source, intra_node_source, overheads_source
 from ddpsim.scenario.schema import OverheadSpec, Scenario
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 
@@ -172,10 +173,10 @@ class Calibrated:
 def apply_calibration(scenario: Scenario) -> Calibrated:
     """The scenario with calibrated link, network and overhead values (no file is read here)."""
     cluster = scenario.cluster
-    from_scenario = f"scenario {scenario.source} (its value, or the documented default)"
-    sources = {"intra-node link": from_scenario, "DDP overheads": from_scenario, "protocol table": "NCCL's defaults"}
+    sources = {"intra-node link": intra_node_source(scenario), "DDP overheads": overheads_source(scenario),
+               "protocol table": "NCCL's defaults"}
     if cluster.nodes > 1:
-        sources["inter-node network"] = from_scenario
+        sources["inter-node network"] = inter_node_source(scenario)
     calibration = scenario.calibration
     if calibration is None:
         return Calibrated(scenario, None, sources)
@@ -200,7 +201,7 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
     if cluster.nodes > 1:
         network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
         if network is None:
-            sources["inter-node network"] = f"{from_scenario} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
+            sources["inter-node network"] = f"{sources['inter-node network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
         else:
             # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
             # the bandwidth each GPU gets through the network

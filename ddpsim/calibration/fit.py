@@ -15,12 +15,25 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ddpsim.calibration.curvefit import PROTOCOL_NAMES, envelope_s, fit_protocols
+import numpy as np
+
+from ddpsim.calibration.curvefit import (
+    PROTOCOL_NAMES,
+    UNBOUNDED_BPS,
+    ProtocolFit,
+    envelope_s,
+    fit_nonnegative,
+    fit_protocol_rows,
+    fit_protocols,
+)
 from ddpsim.calibration.file import SCHEMA, Calibration
-from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.calibration.measurements import AllReduceSample, Profiles
 from ddpsim.collectives import ProtocolTable
+from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
+
+INTER_NODE_TRANSPORT = nccl_transport_of_class(INTER_NODE_LINK_CLASS)
 
 MIN_FIT_BYTES = 4096
 
@@ -36,11 +49,29 @@ FITTED_TERMS: dict[str, tuple[float, float]] = {
     "bucket_cpu_s": (0.0, 200e-6),  # the backward thread's time to launch one bucket
     "buffer_sync_s": (0.0, 10e-3),  # DDP's per-step buffer broadcast beyond its wire time
 }
+# The same terms with the constant stretch replaced by a wait per all-reduce started on an idle
+# stream (``calibrate --idle-start-wait``, not the default). Fitted on ResNet-50 and GPT-2, the
+# stretch came out 1.8 to 3.9 on NVLink and made the communication-bound mlp-heavy 57% too slow when
+# held out. The per-bucket traces of h200x4-2026-11-26 (4 GPUs, cap 25) put the extra time of an
+# all-reduce inside DDP where the stream was idle when the bucket was launched (NVLink +0.75 ms
+# ResNet-50, +2.4 ms GPT-2, +0.24 ms mlp-heavy over the same size alone; shm +1.8 / +4.3 / +0.5 ms)
+# and much less where it was queued behind the previous bucket (shm +0.06 to +0.16 ms, NVLink
+# mlp-heavy +0.13 ms): a wait per idle start (the other ranks arriving), not a factor on every call.
+# Slowdown while backward compute runs beside it stays ``comm_slowdown`` (it acts only then).
+# Leave-one-model-out on that campaign: NVLink 23.7% -> 13.6% mean (73.7 -> 45.4 max), but shm
+# 4.5 -> 8.3% and sockets 12.1 -> 14.7%, hence not the default.
+IDLE_WAIT_TERMS: dict[str, tuple[float, float]] = {
+    **{n: r for n, r in FITTED_TERMS.items() if n != "allreduce_stretch"},
+    "idle_start_wait_s": (0.0, 5e-3),  # an all-reduce started on an idle stream waiting for the other ranks
+}
+# the range a measured stretch is clipped to
+STRETCH_RANGE = FITTED_TERMS["allreduce_stretch"]
 NO_EFFECT: dict[str, Any] = {
     "bucket_launch_s": 0.0,
     "compute_slowdown": 1.0,
     "comm_slowdown": 1.0,
     "allreduce_stretch": 1.0,
+    "idle_start_wait_s": 0.0,
     "bucket_cpu_s": 0.0,
     "buffer_sync_s": 0.0,
     "max_inflight_buckets": None,
@@ -48,7 +79,7 @@ NO_EFFECT: dict[str, Any] = {
 _AT_BOUND = 1e-3  # share of a term's range within which a fitted value counts as sitting on its bound
 
 
-def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
+def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False) -> dict[str, Any]:
     """One link class's entry of the calibration file, with the fit's own errors on its samples."""
     used = [s for s in samples if s.bytes >= MIN_FIT_BYTES]
     if len(used) < 3:
@@ -59,6 +90,15 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     floor_s = fits.pop("floor").base_s
     fits = _named_by_nccl_log(fits, used)
     chosen = {envelope_s(fits, s.bytes, s.world_size)[1] for s in used}
+    # Per-protocol curves replace the envelope only where asked (not yet for one-node classes: on the
+    # 1x4 sweeps LL128 ran at two sizes only, and NCCL's table then picks it at 4-8 MiB on a curve
+    # the envelope named, 35x too slow in the DDP check; the network fit has its own structure)
+    by_log = by_protocol and all(s.nccl_protocol for s in used)
+    if by_log:
+        # NCCL's log names every row's protocol: each curve fitted on its own rows (the envelope only
+        # gave the floor); a protocol with too few sizes of its own keeps the envelope's curve
+        fits = {**fits, **_fits_by_logged_protocol(used)}
+        chosen = {s.nccl_protocol for s in used if s.nccl_protocol}
     reference_Bps = max(fits[p].busbw_Bps for p in chosen)
     if link_class not in LINK_CLASSES:
         raise ScenarioError(
@@ -83,8 +123,13 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         transport_efficiency={(transport, p): efficiency[p] for p in PROTOCOL_NAMES},
         hop_latency_mode="absolute",
         protocols=tuple(p for p in PROTOCOL_NAMES if p in ran) if ran else PROTOCOL_NAMES,
+        nccl_tuning=_logged_tuning(used),
     )
-    errors = [abs(envelope_s(fits, s.bytes, s.world_size, floor_s)[0] / s.time_s - 1) * 100 for s in used]
+    # the fit's own error: per logged protocol where each curve was fitted on its rows, else the envelope
+    # (an envelope curve is named after the protocol NCCL ran most where it is fastest, and prices
+    # nothing else: a Simple curve fitted on 1 GiB rows says nothing of an 8 KiB row NCCL ran on Simple)
+    errors = [abs((_fitted_time_s(fits, s, floor_s) if by_log else envelope_s(fits, s.bytes, s.world_size, floor_s)[0])
+                  / s.time_s - 1) * 100 for s in used]
     return {
         "bandwidth_Bps": reference_Bps,
         "latency_s": min(hops[p] for p in chosen),
@@ -100,6 +145,7 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         },
         "samples": len(used),
         # where the names and the enabled protocols came from: the tool says when it did not know
+        "curves_fitted": "per protocol on the rows NCCL's log names" if by_log else "lower envelope of three curves",
         "protocols_from": "NCCL's log in the sweeps" if ran else
                           "no NCCL log: curves named in bandwidth order, every protocol left enabled (NCCL's default)",
         "world_sizes": sorted({s.world_size for s in used}),
@@ -107,6 +153,45 @@ def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
         "fit_mean_error_pct": sum(errors) / len(errors),
         "fit_max_error_pct": max(errors),
     }
+
+
+MIN_PROTOCOL_SIZES = 3  # distinct sizes a protocol's own rows need for a curve of its own
+
+
+def _fits_by_logged_protocol(samples: Sequence[AllReduceSample]) -> dict[str, ProtocolFit]:
+    """Per protocol NCCL's log names, its ring curve fitted on its rows alone (``fit_protocol_rows``)."""
+    out = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in samples if s.nccl_protocol == protocol]
+        if len({s.bytes for s in rows}) >= MIN_PROTOCOL_SIZES:
+            out[protocol] = fit_protocol_rows([s.bytes for s in rows], [s.world_size for s in rows],
+                                              [s.time_s for s in rows])
+    return out
+
+
+def _fitted_time_s(fits: dict[str, ProtocolFit], sample: AllReduceSample, floor_s: float) -> float:
+    """The fit's time for a sample: the curve of the protocol NCCL ran where its log says, else the
+    envelope's fastest."""
+    if sample.nccl_protocol in fits:
+        return max(floor_s, fits[sample.nccl_protocol].time_s(sample.bytes, sample.world_size))
+    return envelope_s(fits, sample.bytes, sample.world_size, floor_s)[0]
+
+
+def _logged_tuning(samples: Sequence[AllReduceSample]) -> NcclTuning | None:
+    """NCCL's logged cost table, where every sample's launch logged the same one for one shape.
+
+    The table is NCCL's belief about one communicator (ranks, nodes, the NIC speed it assumed), so
+    a fit pooled over shapes, or over launches whose tables differ, carries none: the model then
+    plays NCCL's choice from its own prices."""
+    tunings = [s.nccl_tuning for s in samples]
+    first = tunings[0] if tunings else None
+    if first is None or any(t is None for t in tunings):
+        return None
+
+    def numbers(t: NcclTuning) -> tuple[object, ...]:
+        return (t.ranks, t.nodes, t.channels, sorted(t.latency_s.items()), sorted(t.algbw_Bps.items()))
+
+    return first if all(numbers(t) == numbers(first) for t in tunings if t is not None) else None
 
 
 def _named_by_nccl_log(fits: dict[str, Any], samples: Sequence[AllReduceSample]) -> dict[str, Any]:
@@ -156,10 +241,12 @@ def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
         if sample.nodes == 1 and sample.algorithm == "tree":
             continue  # the intra-node fit is of rings, what NCCL runs inside one node
         by_class[INTER_NODE_LINK_CLASS if sample.nodes > 1 else sample.link_class].append(sample)
-    fitted = {}
-    for link_class, group in sorted(by_class.items()):
+    fitted: dict[str, dict[str, Any]] = {}
+    # one-node classes first: a network fit takes its base and intra-node hop latencies from them
+    for link_class, group in sorted(by_class.items(), key=lambda kv: (kv[0] == INTER_NODE_LINK_CLASS, kv[0])):
         if link_class == INTER_NODE_LINK_CLASS:
-            fitted[link_class] = fit_network(group)
+            one_node = {k: v for k, v in fitted.items() if k != INTER_NODE_LINK_CLASS}
+            fitted[link_class] = fit_network(group, one_node, [s for k, g in by_class.items() if k in one_node for s in g])
             continue
         entry = fit_link_class(group)
         worlds = sorted({s.world_size for s in group})
@@ -177,13 +264,16 @@ def shape_key(nodes: int, world_size: int) -> str:
     return f"{nodes}x{world_size // nodes}"
 
 
-def fit_network(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
+def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str, Any]] | None = None,
+                one_node_samples: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
     """The inter-node network, from all-reduce sweeps across nodes, apart from the intra-node classes.
 
     A ring across nodes waits on its slowest hop every step, the network's: so one per-hop latency
     and one bandwidth describe every shape, and the pooled fit is what transfers to a shape that was
     not measured. Each measured shape also keeps its own fit, used when a scenario has that shape.
-    Where the sweeps say which algorithm ran, only forced rings are fitted (the model is a ring's).
+    Where the sweeps say which algorithm ran, the ring's curves are fitted on the forced rings and
+    the tree's own network hop and bandwidth on the forced trees (``_tree_network_fit``).
+    ``one_node_samples``: the one-node sweeps, whose rows give the base and intra-node hop latency.
     """
     from dataclasses import replace
 
@@ -193,16 +283,237 @@ def fit_network(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
                 f"{s.world_size} GPUs do not split into {s.nodes} nodes", file=s.source, field="nodes"
             )
     rings = [s for s in samples if s.algorithm == "ring"]
-    used = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in (rings or samples)]
-    entry = fit_link_class(used)
+    chosen = rings or samples
+    intra_name = _one_node_class(chosen, one_node or {})
+    intra = (one_node or {}).get(intra_name) if intra_name else None
+    inside = [s for s in one_node_samples if s.link_class == intra_name]
+    used = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in chosen]
+    trees = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in samples if s.algorithm == "tree" and rings]
+    entry = _network_entry(used, intra_name, intra, inside, trees)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
     entry["shapes"] = shapes
     entry["algorithm_fitted"] = "ring" if rings else "NCCL's default choice"
     if len(shapes) > 1:
         entry["by_shape"] = {
-            key: fit_link_class([s for s in used if shape_key(s.nodes, s.world_size) == key]) for key in shapes
+            key: _network_entry([s for s in used if shape_key(s.nodes, s.world_size) == key], intra_name, intra, inside,
+                                [s for s in trees if shape_key(s.nodes, s.world_size) == key])
+            for key in shapes
         }
     return entry
+
+
+def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str, Any]]) -> str | None:
+    """The one-node class whose fit gives a network fit its base and intra-node hop latencies: the
+    class the multi-node sweeps ran inside their nodes, else the only one fitted (the base latency
+    is the host's launch path and NCCL's kernel, not the link's)."""
+    inside = {s.link_class for s in samples}
+    matching = sorted(inside & set(one_node))
+    if matching:
+        return matching[0]
+    return next(iter(one_node)) if len(one_node) == 1 else None
+
+
+def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intra: dict[str, Any] | None,
+                   inside: Sequence[AllReduceSample] = (), trees: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
+    """The network's entry: the envelope fit of ``fit_link_class``, and where NCCL's log names every
+    row's protocol and a one-node fit exists, NCCL's latency structure in its place (tuning.cc
+    ``ncclTopoTuneModel``: ring latency = base + intra-node hops x intraLat + inter-node steps x
+    interLat; tree = base + 2 (chain hops x intraLat + log2(nodes) x interLat)). One world size per
+    shape cannot tell a per-hop latency from the base (the envelope fit then puts the whole ring's
+    latency, six hops on 2x2, into the base, which the tree also pays: tree 64 KiB priced 678 us
+    against 80 measured); the one-node rows (two world sizes) can: per protocol NCCL's log names,
+    base + 2(n-1) hop fitted on those rows (``_one_node_latencies``), so only the network's hop
+    latency and bandwidth are fitted here, per protocol on its own rows.
+    The hops counted are the ring schedule's own (``schedules.build_schedule``), so the model prices
+    the fitted structure exactly; the fitted latencies are measured, so NCCL's model terms that
+    would add to them (ring plateau, net overhead floor, ring LL's quarter bandwidth) are off.
+    ``trees``: forced-Tree rows of the same shapes; the tree's own network hop and bandwidth are
+    fitted on them (``_tree_network_fit``), and the entry says when there were none."""
+    from dataclasses import replace
+
+    entry = fit_link_class(used)
+    if intra is None or not all(s.nccl_protocol for s in used):
+        entry["latency_structure"] = "envelope fit (no NCCL log naming every row's protocol, or no one-node fit)"
+        return entry
+    assert intra_name is not None
+    intra_table = ProtocolTable.from_dict(intra["protocol_table"])
+    intra_transport = nccl_transport_of_class(intra_name)
+    floor_s = float(intra.get("call_floor_s", 0.0))
+    base_s, intra_hop_s = _one_node_latencies(inside, intra_table, intra_transport)
+    counts = {key: _ring_hops(*key) for key in {(s.world_size, s.world_size // s.nodes) for s in used}}
+
+    def fixed_s(s: AllReduceSample, protocol: str) -> float:
+        intra_hops, _ = counts[(s.world_size, s.world_size // s.nodes)]
+        return base_s[protocol] + intra_hops * intra_hop_s[protocol]
+
+    fits: dict[str, tuple[float, float]] = {}  # protocol -> (net hop s, bus bandwidth B/s)
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in used if s.nccl_protocol == protocol]
+        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
+            continue
+        x = fit_nonnegative(
+            [np.array([counts[(s.world_size, s.world_size // s.nodes)][1] for s in rows], dtype=float),
+             np.array([s.bytes * 2 * (s.world_size - 1) / s.world_size for s in rows])],
+            np.array([fixed_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
+        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
+    if "simple" not in fits:
+        entry["latency_structure"] = "envelope fit (no Simple rows to fit the network's bandwidth on)"
+        return entry
+    reference_Bps = fits["simple"][1]
+    # a protocol NCCL never ran across the network here is priced as Simple (NCCL disables LL128 there)
+    hop = {p: fits.get(p, fits["simple"])[0] for p in PROTOCOL_NAMES}
+    bus = {p: fits.get(p, fits["simple"])[1] for p in PROTOCOL_NAMES}
+    efficiency = {p: min(1.0, bus[p] / reference_Bps) for p in PROTOCOL_NAMES}
+    tree = _tree_network_fit(trees, base_s, intra_hop_s, reference_Bps, efficiency)
+    tree_hop = {p: tree["hop_latency_s"][p] for p in PROTOCOL_NAMES} if tree else hop
+    ran = {s.nccl_protocol for s in used if s.nccl_protocol}
+    default = ProtocolTable()
+    protocol_efficiency = {k: v for k, v in default.algorithm_protocol_efficiency.items()
+                           if not (k[0] == "ring" and k[2] == "multi-node")}
+    if tree:
+        # the tree's measured bandwidth replaces NCCL's model terms for it across nodes
+        protocol_efficiency = {k: v for k, v in protocol_efficiency.items() if not (k[0] == "tree" and k[2] == "multi-node")}
+        protocol_efficiency.update({("tree", p, "multi-node"): tree["bandwidth_factor"][p] for p in PROTOCOL_NAMES})
+    table = ProtocolTable(
+        base_latency_s={(family, p): base_s[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+        # the intra-node hops the base was fitted with travel with it (they override the one-node
+        # class's own for a collective across nodes)
+        hop_latency_s={**{(intra_transport, family, p): intra_hop_s[p] for family in ("ring", "tree") for p in PROTOCOL_NAMES},
+                       **{(INTER_NODE_TRANSPORT, "ring", p): hop[p] for p in PROTOCOL_NAMES},
+                       **{(INTER_NODE_TRANSPORT, "tree", p): tree_hop[p] for p in PROTOCOL_NAMES}},
+        transport_efficiency={(INTER_NODE_TRANSPORT, p): efficiency[p] for p in PROTOCOL_NAMES},
+        hop_latency_mode="absolute",
+        protocols=tuple(p for p in PROTOCOL_NAMES if p in ran),
+        nccl_tuning=_logged_tuning(used),
+        ring_plateau_factor=1.0,
+        net_overhead_s={},
+        algorithm_protocol_efficiency=protocol_efficiency,
+    )
+    if tree:
+        # a fitted tree's bandwidth is measured: NCCL's 0.92 and its size correction would add to it
+        table = replace(table, algorithm_efficiency={}, tree_size_correction={})
+
+    def time_s(s: AllReduceSample) -> float:
+        protocol = s.nccl_protocol or "simple"
+        _, inter_hops = counts[(s.world_size, s.world_size // s.nodes)]
+        transfer_s = s.bytes * 2 * (s.world_size - 1) / s.world_size / bus[protocol]
+        return max(floor_s, fixed_s(s, protocol) + inter_hops * hop[protocol] + transfer_s)
+
+    errors = [abs(time_s(s) / s.time_s - 1) * 100 for s in used]
+    entry.update({
+        "bandwidth_Bps": reference_Bps,
+        "latency_s": min(hop[p] for p in ran if p in fits) if ran & set(fits) else hop["simple"],
+        "call_floor_s": floor_s,
+        "protocol_table": table.to_dict(),
+        "protocol_fits": {
+            p: {"base_latency_s": base_s[p], "hop_latency_s": hop[p],
+                "bus_bandwidth_Bps": bus[p], "selected": p in ran, "fitted_rows": p in fits}
+            for p in PROTOCOL_NAMES
+        },
+        "latency_structure": (f"NCCL's: base and intra-node hop per protocol on the one-node rows of {intra_name} "
+                              "NCCL's log names, network hop and bandwidth fitted per protocol on the rows NCCL's "
+                              f"log names; call floor from link_classes.{intra_name}"),
+        "tree_fit": tree or {"fitted": False,
+                             "note": "no forced-Tree sweeps across nodes: the tree is priced with the ring's network "
+                                     "hop and NCCL's tree bandwidth terms, not measured"},
+        "fit_mean_error_pct": sum(errors) / len(errors),
+        "fit_max_error_pct": max(errors),
+    })
+    return entry
+
+
+def _one_node_latencies(inside: Sequence[AllReduceSample], intra_table: ProtocolTable,
+                        intra_transport: str) -> tuple[dict[str, float], dict[str, float]]:
+    """(base s, intra-node hop s) per protocol, each fitted on the one-node rows NCCL's log says ran
+    it (``fit_protocol_rows``; 1x2 and 1x4 tell the hop from the base). Not the one-node class's
+    envelope curves: there Simple wins only from 2 MiB, where its base is not determined (815 us
+    fitted on the H200 multi-node campaign against 31-44 us from its own rows), and every network
+    row then started from that base. A protocol without rows of its own takes Simple's; without
+    any rows (no log), the one-node class's table."""
+    fitted: dict[str, tuple[float, float]] = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in inside if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+        if len({s.bytes for s in rows}) >= MIN_PROTOCOL_SIZES:
+            f = fit_protocol_rows([s.bytes for s in rows], [s.world_size for s in rows], [s.time_s for s in rows])
+            fitted[protocol] = (f.base_s, f.hop_s)
+    if "simple" not in fitted:
+        return ({p: intra_table.base_latency("ring", p) for p in PROTOCOL_NAMES},
+                {p: intra_table.hop_latency(intra_transport, "ring", p, 0.0) for p in PROTOCOL_NAMES})
+    return ({p: fitted.get(p, fitted["simple"])[0] for p in PROTOCOL_NAMES},
+            {p: fitted.get(p, fitted["simple"])[1] for p in PROTOCOL_NAMES})
+
+
+def _tree_network_fit(trees: Sequence[AllReduceSample], base_s: dict[str, float], intra_hop_s: dict[str, float],
+                      ring_bus_Bps: float, efficiency: dict[str, float]) -> dict[str, Any] | None:
+    """The tree's own network hop latency and bandwidth per protocol, from forced-Tree rows; None
+    where there are no Simple tree rows.
+
+    Latency, NCCL's tree structure (tuning.cc): base + 2 (chain hops x intra hop + depth x tree net
+    hop), depth = ``schedules.tree_depth`` (log2 of the nodes), base and intra hop as the ring's.
+    The ring's network hop does not transfer: on the H200 campaign a tree's network hop costs
+    ~15 us where the ring's Simple step costs ~53 us (tree 2x2 below 1 MiB was 70-80% too slow).
+    Bandwidth: the model's tree moves degree x S/2 through the busiest node's NIC per direction
+    (``schedules.tree_max_degree``: both trees' edges at that node, S/2 each) on the NIC the
+    ring's fit sized. Measured on the H200 campaign (forced Tree vs forced Ring, 1 GiB), the tree
+    gets less than that NIC: per direction 3.06 GB/s (2x2), 3.5 (2x1), 3.06 (4x1) against the
+    ring's 5.1, 3.9, 3.5. Why 2x2 most: NCCL's log (``Trees [0] 1/2/-1->0->-1 [1]
+    1/-1/-1->0->2``, ``Channel 00/02 : 0 1 2 3``) puts both directions of both tree channels'
+    network traffic on one GPU's proxy and socket threads (rank 0), where the ring sends from rank
+    1 and receives on rank 0: one process moves 2S through sockets for the tree against 1.5S for
+    the ring. Where each GPU is its own node (2x1, 4x1) both algorithms send and receive on every
+    GPU, and the tree is within 12% of the NIC model. The measured ratio is kept as one factor per
+    protocol (``bandwidth_factor``, the model's ``algorithm_protocol_efficiency`` for the tree
+    across nodes), fitted with the hop latency on the rows NCCL's log names, per shape where the
+    entry is a shape's."""
+    from ddpsim.collectives.schedules import tree_depth, tree_max_degree
+
+    if not trees:
+        return None
+
+    def chain_s(s: AllReduceSample, protocol: str) -> float:
+        return base_s[protocol] + 2 * (s.world_size // s.nodes - 1) * intra_hop_s[protocol]
+
+    fits: dict[str, tuple[float, float]] = {}  # protocol -> (tree net hop s, NIC bytes/s per direction)
+    rows_used: dict[str, int] = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = [s for s in trees if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
+            continue
+        x = fit_nonnegative(
+            [np.array([2 * tree_depth(s.nodes) for s in rows], dtype=float),
+             np.array([tree_max_degree(s.nodes) * s.bytes / 2 for s in rows])],
+            np.array([chain_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
+        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
+        rows_used[protocol] = len(rows)
+    if "simple" not in fits:
+        return None
+    # the model's NIC for protocol p runs at ring_bus_Bps x efficiency[p]; the factor (in (0, 2],
+    # ProtocolTable's range) brings the tree's flows to the measured rate. A protocol without tree
+    # rows of its own (LL ran the tree at one size at most) keeps Simple's hop and tree/ring ratio
+    # on its own ring efficiency: Simple's absolute rate would make a tree LL 3.6x its ring LL
+    factor = {p: float(min(2.0, max(1e-3, nic_Bps / (ring_bus_Bps * efficiency[p]))))
+              for p, (_, nic_Bps) in fits.items()}
+    hop = {p: fits.get(p, fits["simple"])[0] for p in PROTOCOL_NAMES}
+    factor = {p: factor.get(p, factor["simple"]) for p in PROTOCOL_NAMES}
+    nic = {p: ring_bus_Bps * efficiency[p] * factor[p] for p in PROTOCOL_NAMES}
+    return {
+        "fitted": True,
+        "hop_latency_s": hop,
+        "nic_Bps_per_direction": nic,
+        "bandwidth_factor": factor,
+        "rows": rows_used,
+        "note": "forced-Tree rows: tree network hop and bandwidth per protocol NCCL's log names "
+                "(a protocol with fewer than three sizes takes Simple's)",
+    }
+
+
+def _ring_hops(world_size: int, gpus_per_node: int) -> tuple[int, int]:
+    """(intra-node, inter-node) hops of the ring's latency path as the model's schedule runs it."""
+    from ddpsim.collectives.schedules import build_schedule
+
+    path = build_schedule("ring", world_size, gpus_per_node, 1.0, 1)[0].latency_path or ()
+    inter = sum(1 for a, b in path if a // gpus_per_node != b // gpus_per_node)
+    return len(path) - inter, inter
 
 
 def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any], meta: dict[str, Any]) -> None:
@@ -218,12 +529,14 @@ def _mape(pairs: Sequence[tuple[float, float]]) -> float:
 
 def fit_overheads(
     runs: Sequence[dict[str, Any]],
-    profiles: dict[str, str],
+    profiles: Profiles,
     link_calibration: Calibration,
     starts: Sequence[dict[str, float]] | None = None,
     measured_terms: dict[str, float] | None = None,
+    terms: dict[str, tuple[float, float]] | None = None,
 ) -> dict[str, Any]:
-    """Bounded least squares (scipy) of the relative step-time error over ``FITTED_TERMS``.
+    """Bounded least squares (scipy) of the relative step-time error over ``terms`` (default
+    ``FITTED_TERMS``; ``IDLE_WAIT_TERMS`` for the idle-start wait in place of the stretch).
 
     Terms no run can tell apart (a model without buffers says nothing of ``buffer_sync_s``) stay at
     their no-effect value. The entry reports each term's standard error from the Jacobian at the
@@ -237,16 +550,18 @@ def fit_overheads(
     from ddpsim.calibration.measured_scenarios import run_scenario
     from ddpsim.simulation import prepare, simulate
 
-    runs = [r for r in runs if r["model"] in profiles]
+    with_profile = [(r, profiles.for_run(r)) for r in runs]
+    runs = [r for r, path in with_profile if path is not None]
     if not runs:
         raise ScenarioError("no calibration runs with a measured profile")
-    prepared = [prepare(run_scenario(run, profiles[run["model"]], link_calibration)) for run in runs]
+    prepared = [prepare(run_scenario(run, path, link_calibration)) for run, path in with_profile if path is not None]
     measured = np.array([float(run["step_s_median"]) for run in runs])
+    ranges = FITTED_TERMS if terms is None else terms
     fixed = dict(measured_terms or {})  # terms measured directly are not fitted
-    names = [n for n in FITTED_TERMS if n not in fixed
+    names = [n for n in ranges if n not in fixed
              and (n != "buffer_sync_s" or any(p.workload.buffer_bytes > 0 for p in prepared))]
-    low = np.array([FITTED_TERMS[n][0] for n in names])
-    span = np.array([FITTED_TERMS[n][1] - FITTED_TERMS[n][0] for n in names])
+    low = np.array([ranges[n][0] for n in names])
+    span = np.array([ranges[n][1] - ranges[n][0] for n in names])
 
     def values(unit: np.ndarray) -> dict[str, Any]:
         # the optimiser works on each term scaled to [0, 1] of its range, so one step size suits all
@@ -262,7 +577,7 @@ def fit_overheads(
 
     # the terms trade off (slower compute vs slower communication both lengthen backward), so start
     # from several points and keep the best
-    default_starts = [{}, {"comm_slowdown": 4.0}, {"compute_slowdown": 1.5, "bucket_launch_s": 40e-6}]
+    default_starts = [{}, {"comm_slowdown": 4.0}, {"compute_slowdown": 1.5, "bucket_launch_s": 40e-6, "idle_start_wait_s": 500e-6}]
     finishes = []
     for start in starts if starts is not None else default_starts:
         x0 = np.array([(start.get(n, NO_EFFECT[n]) - lo) / sp for n, lo, sp in zip(names, low, span, strict=True)])
@@ -281,7 +596,7 @@ def fit_overheads(
         "standard_error": _standard_errors(best.jac, best.fun, names, span),
         # every lower bound is the term's no-effect value, an honest result; the upper bound is not
         "warnings": [
-            f"{n} = {params[n]:.3g} sits on the upper bound of its physical range {FITTED_TERMS[n]}: "
+            f"{n} = {params[n]:.3g} sits on the upper bound of its physical range {ranges[n]}: "
             "the runs push it further, so a mechanism is probably missing from the model"
             for n, x in zip(names, best.x, strict=True)
             if x > 1 - _AT_BOUND
@@ -330,7 +645,7 @@ def measure_stretch(
         if alone and duration > 0:
             ratios[str(run["transport"])].append(duration / alone)
     return {
-        link_class: {"value": min(max(median(values), 1.0), FITTED_TERMS["allreduce_stretch"][1]), "runs": len(values)}
+        link_class: {"value": min(max(median(values), STRETCH_RANGE[0]), STRETCH_RANGE[1]), "runs": len(values)}
         for link_class, values in ratios.items()
     }
 
@@ -380,11 +695,13 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             for r in group
             if r.get("step_s_p10") and r.get("step_s_p90") and r["step_s_p90"] >= r["step_s_p10"] > 0
         ]
-        configs: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
+        configs: dict[tuple[Any, ...], dict[tuple[str, str], float]] = defaultdict(dict)
         for r in group:
             key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("variant"), r.get("comm_hook"),
                    r.get("nodes", 1))
-            configs[key].setdefault(str(r.get("launch_id", "")), float(r["step_s_median"]))
+            # launches are named per campaign ("nvlink_w4_0" in every one): two campaigns' launches are two
+            launch = (os.path.dirname(str(r.get("_source", ""))), str(r.get("launch_id", "")))
+            configs[key].setdefault(launch, float(r["step_s_median"]))
         diffs = [
             math.log(a / b)
             for by_launch in configs.values()

@@ -9,9 +9,11 @@ import json
 import math
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from ddpsim.collectives.nccl_tuning import TUNED_ALGORITHMS, NcclTuning
 from ddpsim.collectives.protocols import PROTOCOL_NAMES
 from ddpsim.errors import ScenarioError
 from ddpsim.topology.link_kinds import LINK_CLASSES
@@ -33,6 +35,8 @@ class AllReduceSample:
     algorithm: str | None = None  # forced with NCCL_ALGO ("ring", "tree"); None: NCCL's own choice
     launch_id: str = ""
     nccl_protocol: str | None = None  # the protocol NCCL's log says it ran ("ll", "ll128", "simple")
+    # NCCL's own cost table for the sweep's communicator, from the launch's NCCL log (None: no log)
+    nccl_tuning: NcclTuning | None = field(default=None, compare=False)
 
 
 def _open_text(path: str) -> str:
@@ -86,6 +90,8 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
         if algorithm is not None and (not isinstance(algorithm, str) or algorithm.lower() not in ("ring", "tree")):
             raise ScenarioError(f"expected ring, tree or null, got {algorithm!r}", file=path, field=f"{where}.algorithm_forced")
         rows = _field(record, "rows", list, path, where)
+        log = nccl_log_path(path, record)
+        tuning = read_nccl_tuning(log) if log else None
         for j, row in enumerate(rows):
             size = _field(row, "bytes", int, path, f"{where}.rows[{j}]")
             time_us = _field(row, "time_us_median", (int, float), path, f"{where}.rows[{j}]")
@@ -96,7 +102,8 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
             samples.append(
                 AllReduceSample(transport, world, nodes, size, time_us * 1e-6, path,
                                 algorithm.lower() if algorithm else None, str(record.get("launch_id", "")),
-                                proto.lower() if isinstance(proto, str) and proto.lower() in PROTOCOL_NAMES else None)
+                                proto.lower() if isinstance(proto, str) and proto.lower() in PROTOCOL_NAMES else None,
+                                tuning)
             )
     return samples
 
@@ -113,6 +120,103 @@ def record_nodes(record: dict[str, Any], path: str, where: str) -> int:
     if isinstance(world, int) and world % nodes:
         raise ScenarioError(f"{world} GPUs do not split into {nodes} nodes", file=path, field=f"{where}.nodes")
     return nodes
+
+
+def nccl_log_path(allreduce_path: str, record: dict[str, Any]) -> str | None:
+    """The NCCL INFO log of the launch a sweep ran in, if the campaign kept it: the harness writes
+    rank 0's log to ``NCCL_DEBUG_FILE`` (fingerprint.nccl_env) and the campaign commits it trimmed as
+    ``logs/<that name without .log>.trimmed.txt`` beside ``allreduce.jsonl``; campaigns without the
+    env entry are found by the harness's naming, ``logs/nccl_<launch_id>_r0``."""
+    logs = os.path.join(os.path.dirname(os.path.abspath(allreduce_path)), "logs")
+    env = ((record.get("fingerprint") or {}).get("nccl_env") or {}).get("NCCL_DEBUG_FILE")
+    stems = []
+    if isinstance(env, str) and env:
+        stems.append(os.path.splitext(os.path.basename(env))[0])
+    launch = record.get("launch_id")
+    if isinstance(launch, str) and launch:
+        stems.append(f"nccl_{launch}_r0")
+    for stem in stems:
+        for name in (f"{stem}.trimmed.txt", f"{stem}.log"):
+            candidate = os.path.join(logs, name)
+            if os.path.isfile(candidate):
+                return candidate
+    return None
+
+
+_NCCL_INFO = re.compile(r"NCCL INFO (.*)$")
+_TABLE_CELL = re.compile(r"^\s*(-?[0-9.]+)\s*/\s*(-?[0-9.]+)\s*$")
+
+
+def read_nccl_tuning(path: str) -> NcclTuning | None:
+    """NCCL's all-reduce tuning table from one rank's INFO log (tuning.cc ``ncclTopoTuneModel``
+    prints it at each communicator's init), None if the log has none (TUNING not logged).
+
+    A log may hold several communicators: the harness's forced Ring/Tree sweeps run on split
+    communicators whose tables zero the other algorithm. The one kept is the first in which Tree
+    and Ring are both enabled (NCCL's default choice); forced sweeps restrict the choice to their
+    algorithm, which is the same table with the others' bandwidth zeroed. With the table: the
+    communicator's ranks and nodes (``nRanks 4 nNodes 2``), its channels (``2 coll channels``)
+    and the NIC speed NCCL assumed (``NET[1.2]``)."""
+    lines = [m.group(1) for line in _open_text(path).splitlines() if (m := _NCCL_INFO.search(line))]
+    tables: list[tuple[dict[tuple[str, str], tuple[float, float]], int, int, int]] = []
+    ranks = nodes = None
+    algorithms: list[str] = []
+    protocols: list[str] = []
+    current: dict[tuple[str, str], tuple[float, float]] = {}
+    for line in lines:
+        if (m := re.search(r"nRanks (\d+) nNodes (\d+)", line)):
+            ranks, nodes = int(m.group(1)), int(m.group(2))
+        cells = [c.strip() for c in line.split("|")]
+        head = cells[0] if cells else ""
+        if head == "Algorithm":
+            algorithms = [c.lower() for c in cells[1:] if c]
+            if "tree" in algorithms and "ring" in algorithms:
+                current = {}  # the first block of a new table
+        elif head == "Protocol":
+            protocols = [c.lower() for c in cells[1:] if c]
+        elif head == "AllReduce" and algorithms[:1] and ("tree" in algorithms or "ring" in algorithms):
+            values = [c for c in cells[1:] if c]
+            if len(values) < 3 * len(algorithms) or len(protocols) < 3 * len(algorithms):
+                raise ScenarioError(f"NCCL tuning table row has {len(values)} cells for {len(algorithms)} algorithms",
+                                    file=path, field="AllReduce")
+            for index, algorithm in enumerate(algorithms):
+                if algorithm not in TUNED_ALGORITHMS:
+                    continue
+                for k in range(3):
+                    cell, protocol = values[3 * index + k], protocols[3 * index + k]
+                    m = _TABLE_CELL.match(cell)
+                    if not m or protocol not in PROTOCOL_NAMES or float(m.group(1)) < 0 or float(m.group(2)) < 0:
+                        raise ScenarioError(f"expected 'latency/bandwidth' numbers for {algorithm}/{protocol}, "
+                                            f"got {cell!r}", file=path, field="AllReduce")
+                    current[(algorithm, protocol)] = (float(m.group(1)), float(m.group(2)))
+        elif (m := re.match(r"(\d+) coll channels", line)) and current:
+            if ranks is None or nodes is None:
+                raise ScenarioError("a tuning table without the communicator's 'nRanks N nNodes M' line",
+                                    file=path, field="nRanks")
+            if len(current) != len(TUNED_ALGORITHMS) * len(PROTOCOL_NAMES):
+                raise ScenarioError("the tuning table lacks Tree or Ring all-reduce entries", file=path, field="AllReduce")
+            tables.append((current, ranks, nodes, int(m.group(1))))
+            current = {}
+    if current:
+        raise ScenarioError("a tuning table without its 'N coll channels' line (a truncated log?)", file=path,
+                            field="coll channels")
+    if not tables:
+        return None
+
+    def enabled(table: dict[tuple[str, str], tuple[float, float]], algorithm: str) -> bool:
+        return any(table[(algorithm, p)][1] > 0 for p in PROTOCOL_NAMES)
+
+    chosen = next((t for t in tables if enabled(t[0], "tree") and enabled(t[0], "ring")), tables[0])
+    table, ranks, nodes, channels = chosen
+    net = next((float(m.group(1)) for line in lines if (m := re.search(r"\bNET\[([0-9.]+)\]", line))), None)
+    version = next((m.group(1) for line in lines if (m := re.match(r"NCCL version (\S+)", line))), "")
+    return NcclTuning(
+        ranks=ranks, nodes=nodes, channels=channels,
+        latency_s={k: lat * 1e-6 for k, (lat, _) in table.items()},
+        algbw_Bps={k: bw * 1e9 for k, (_, bw) in table.items()},
+        net_bandwidth_Bps=None if net is None or nodes == 1 else net * 1e9,
+        nccl_version=version, source=os.path.basename(path),
+    )
 
 
 # launcher prefixes on every line: mpirun --tag-output "[1,0]<stdout>:", srun -l "0: "
@@ -227,3 +331,32 @@ def find_data_files(data_dir: str) -> dict[str, list[str]]:
             elif name.endswith(".json") and os.path.basename(root) == "profiles":
                 found["profiles"].append(path)
     return found
+
+
+@dataclass(frozen=True)
+class Profiles:
+    """Measured profiles by (campaign folder, model). A run is predicted from its own campaign's
+    profile, measured on its machine: the same model profiled on another host or GPU (an H100 beside
+    an H200, a slower host CPU for a launch-bound model) would carry that machine's compute."""
+
+    paths: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    @classmethod
+    def from_paths(cls, paths: Sequence[str]) -> Profiles:
+        """The harness's ``<campaign>/profiles/<model>.json`` files, keyed by campaign and model."""
+        from ddpsim.jsonfile import read_json_object
+
+        found = {}
+        for path in paths:
+            model = read_json_object(path, "profile").get("model")
+            if isinstance(model, str):
+                found[(os.path.dirname(os.path.dirname(os.path.abspath(path))), model)] = path
+        return cls(found)
+
+    def for_run(self, run: dict[str, Any]) -> str | None:
+        """The profile of the run's model from the run's own campaign (None if it has none)."""
+        campaign = os.path.dirname(os.path.abspath(str(run.get("_source", ""))))
+        return self.paths.get((campaign, str(run["model"])))
+
+    def __bool__(self) -> bool:
+        return bool(self.paths)

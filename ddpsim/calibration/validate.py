@@ -20,7 +20,7 @@ from ddpsim.calibration.calibrate import Measurements, calibrate, host_of, load_
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
-from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.calibration.measurements import AllReduceSample, Profiles
 from ddpsim.errors import ScenarioError
 from ddpsim.planning.advisor import pick_cap
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
@@ -240,7 +240,7 @@ def validate(
     layouts: list[str | None] = []
     for run in measured.runs:
         _require_network(run, calibration)
-        row, layout = _predict(run, measured.profiles[run["model"]], calibration,
+        row, layout = _predict(run, _profile_of(measured.profiles, run), calibration,
                                held_out=not in_calibration_subset(run, subset, data_dir))
         rows.append(row)
         layouts.append(layout)
@@ -262,6 +262,7 @@ def cross_validate(
     jobs: int = 1,
     fix_measured_stretch: bool = False,
     normalise_launches: bool = False,
+    idle_start_wait: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -287,7 +288,7 @@ def cross_validate(
     # folds are independent fits of seconds to minutes each: one process per core
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
-            _fold, [(measured, cross, part, caps, fix_measured_stretch) for part in parts]
+            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait) for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -311,10 +312,10 @@ def _pool(jobs: int) -> Any:
 
 
 def _fold(
-    args: tuple[Measurements, str, str, list[float] | None, bool],
+    args: tuple[Measurements, str, str, list[float] | None, bool, bool],
 ) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
     """Fit without ``part``, predict ``part``'s runs."""
-    measured, cross, part, caps, fix_stretch = args
+    measured, cross, part, caps, fix_stretch, idle_start_wait = args
     key = _FOLD_KEYS[cross]
     held = [r for r in measured.runs if key(r) == part]
     train_runs = [r for r in measured.runs if key(r) != part]
@@ -325,7 +326,7 @@ def _fold(
     }
     train_timing = [r for r in measured.timing_runs if key(r) != part]
     data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
-                     timing_runs=train_timing, fix_measured_stretch=fix_stretch)
+                     timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait)
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")
     rows, layouts, skipped = [], [], []
@@ -334,7 +335,7 @@ def _fold(
         if why:
             skipped.append((run_label(run), f"fold {part}: {why}"))
             continue
-        row, layout = _predict(run, measured.profiles[run["model"]], calibration, held_out=True, fold=str(part))
+        row, layout = _predict(run, _profile_of(measured.profiles, run), calibration, held_out=True, fold=str(part))
         rows.append(row)
         layouts.append(layout)
     return rows, layouts, fold, skipped
@@ -516,7 +517,13 @@ PROFILE_SPREAD_WARNING = 1.25  # p90 / p10 of a profile's backward time
 PROFILE_VS_NOSYNC_WARNING = 1.10  # profile step / the runs' own compute-only (no_sync) step
 
 
-def _profile_warnings(runs: Sequence[dict[str, Any]], profiles: dict[str, str]) -> list[str]:
+def _profile_of(profiles: Profiles, run: dict[str, Any]) -> str:
+    path = profiles.for_run(run)
+    assert path is not None, "load_measurements keeps only runs with a profile in their campaign"
+    return path
+
+
+def _profile_warnings(runs: Sequence[dict[str, Any]], profiles: Profiles) -> list[str]:
     """Profiles that cannot carry an accurate prediction, said beside the errors rather than left to
     be read as simulator error: one whose backward time varies widely from step to step (a host-bound
     model whose Python and launch overheads fluctuate), and one slower than the compute-only step
@@ -526,18 +533,24 @@ def _profile_warnings(runs: Sequence[dict[str, Any]], profiles: dict[str, str]) 
     from ddpsim.jsonfile import read_json_object
 
     out = []
-    for model in sorted({str(r["model"]) for r in runs}):
-        data = read_json_object(profiles[model], "profile")
+    by_profile: dict[str, list[dict[str, Any]]] = {}
+    for run in runs:
+        path = profiles.for_run(run)
+        if path is not None:
+            by_profile.setdefault(path, []).append(run)
+    for path, its_runs in sorted(by_profile.items()):
+        model = str(its_runs[0]["model"])
+        data = read_json_object(path, "profile")
         p10, p90 = data.get("backward_s_p10"), data.get("backward_s_p90")
         if isinstance(p10, int | float) and isinstance(p90, int | float) and p10 > 0 and p90 / p10 > PROFILE_SPREAD_WARNING:
             out.append(f"profile of {model}: backward p10 {p10 * 1e3:.1f} ms, p90 {p90 * 1e3:.1f} ms over its steps "
-                       f"({profiles[model]}): its runs cannot be predicted closer than this spread")
-        nosync = [float(r["nosync_step_s_median"]) for r in runs
-                  if r["model"] == model and isinstance(r.get("nosync_step_s_median"), int | float)]
+                       f"({path}): its runs cannot be predicted closer than this spread")
+        nosync = [float(r["nosync_step_s_median"]) for r in its_runs if isinstance(r.get("nosync_step_s_median"), int | float)]
         step = data.get("step_s")
         if nosync and isinstance(step, int | float) and step > PROFILE_VS_NOSYNC_WARNING * median(nosync):
             out.append(f"profile of {model}: step {step * 1e3:.1f} ms at world size 1, but the runs' own compute-only "
-                       f"(no_sync) step is {median(nosync) * 1e3:.1f} ms: the profile is slower than the runs' compute")
+                       f"(no_sync) step is {median(nosync) * 1e3:.1f} ms ({path}): the profile is slower than the runs' "
+                       "compute")
     return out
 
 

@@ -36,6 +36,7 @@ def _nccl_tests_arg(spec: str):
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements
     from ddpsim.calibration.fit import write_calibration
+    from ddpsim.calibration.measurements import Profiles
 
     measured = load_measurements([args.data_dir]) if args.data_dir else None
     samples = list(measured.samples) if measured else []
@@ -47,12 +48,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     data = calibrate(
         samples,
         measured.runs if measured else [],
-        measured.profiles if measured else {},
+        measured.profiles if measured else Profiles(),
         caps,
         links_only=args.links_only,
         log=lambda line: print(line, file=sys.stderr),
         timing_runs=measured.timing_runs if measured else (),
         fix_measured_stretch=args.fix_measured_stretch,
+        idle_start_wait=args.idle_start_wait,
         compute_slowdowns=measured.compute_slowdowns if measured else (),
     )
     meta = {
@@ -108,6 +110,9 @@ def _print_calibration(links: dict, overheads: dict) -> None:
     for link_class, entry in links.items():
         if entry.get("protocols_from", "").startswith("no NCCL log"):
             print(f"{link_class}: {entry['protocols_from']}")
+        tree = entry.get("tree_fit")
+        if isinstance(tree, dict) and not tree.get("fitted", True):
+            print(f"{link_class}: {tree['note']}")  # the tree then runs on the ring's network numbers
     if overheads:
         print("\nDDP overheads (fitted on the calibration subset only)")
         rows.clear()
@@ -121,6 +126,7 @@ def _print_calibration(links: dict, overheads: dict) -> None:
                         f"{o['compute_slowdown']:.2f}",
                         f"{o['comm_slowdown']:.1f}",
                         f"{o.get('allreduce_stretch', 1.0):.2f}",
+                        f"{o.get('idle_start_wait_s', 0.0) * 1e6:.0f}",
                         f"{o.get('bucket_cpu_s', 0.0) * 1e6:.0f}",
                         str(o["max_inflight_buckets"]),
                         f"{o['buffer_sync_s'] * 1e3:.1f}",
@@ -129,7 +135,7 @@ def _print_calibration(links: dict, overheads: dict) -> None:
                     )
                 )
         headers = ("link class", "GPUs", "launch us", "compute slowdown", "comm slowdown", "all-reduce stretch",
-                   "bucket cpu us", "max in flight", "buffer sync ms", "calib MAPE %", "runs")
+                   "idle-start wait us", "bucket cpu us", "max in flight", "buffer sync ms", "calib MAPE %", "runs")
         print(table(headers, rows))
 
 
@@ -153,6 +159,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
                            jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch,
+                           idle_start_wait=args.idle_start_wait,
                            normalise_launches=args.normalise_launches, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None,
@@ -380,6 +387,8 @@ def register(sub) -> None:
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
     cal.add_argument("--fix-measured-stretch", action="store_true",
                      help="take the all-reduce stretch measured from per-bucket traces instead of fitting it")
+    cal.add_argument("--idle-start-wait", action="store_true",
+                     help="fit a wait per all-reduce started on an idle NCCL stream instead of the all-reduce stretch")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
@@ -393,6 +402,9 @@ def register(sub) -> None:
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
     val.add_argument("--fix-measured-stretch", action="store_true",
                      help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
+    val.add_argument("--idle-start-wait", action="store_true",
+                     help="with --cross: each fold fits a wait per all-reduce started on an idle NCCL stream "
+                          "instead of the all-reduce stretch")
     val.add_argument("--normalise-launches", action="store_true",
                      help="divide each launch's measured steps by its level against other launches of the same "
                           "reference configuration (the harness's --reference)")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
 from ddpsim.collectives.schedules import (
     ALGORITHMS,
@@ -93,6 +94,13 @@ class CollectiveModel:
         protocols = self.protocol_table.protocols if protocol == "auto" else (_check_protocol(protocol),)
         if len(algorithms) * len(protocols) == 1:
             return algorithms[0], protocols[0]
+        tuning = self._nccl_tuning()
+        if tuning is not None:
+            # NCCL's own logged table for this shape: its belief (e.g. a 10 Gbps NIC it assumed),
+            # whatever the measured links say, is what it picks by
+            picked = tuning.choose(nbytes, algorithms, protocols)
+            if picked is not None:
+                return picked
         best: tuple[float, str, str] | None = None
         for alg in algorithms:
             for proto in protocols:
@@ -105,6 +113,9 @@ class CollectiveModel:
     def tuning_time_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
         """NCCL's estimate of an all-reduce, the one its choice minimises.
 
+        Where the protocol table carries NCCL's logged table for this shape, it is that table's
+        time (``NcclTuning.time_s``, NCCL's own formula on NCCL's own numbers). Otherwise:
+
         NCCL prices every algorithm on the channels its topology search found (tuning.cc
         ``ncclTopoTuneModel``): one bus bandwidth, which a tree gets x 0.92 and the protocol's
         factor, capped for LL, as an algorithm bandwidth of half of it, times its size correction.
@@ -115,6 +126,11 @@ class CollectiveModel:
         bytes), where NCCL still picks as its model says.
         """
         algorithm, protocol = _check_algorithm(algorithm), _check_protocol(protocol)
+        tuning = self._nccl_tuning()
+        if tuning is not None:
+            logged_s = tuning.time_s(nbytes, algorithm, protocol)
+            if logged_s is not None:
+                return logged_s
         if algorithm != "tree":
             return self.allreduce_time_s(nbytes, algorithm, protocol)
         topo, table = self.topology, self.protocol_table
@@ -131,6 +147,13 @@ class CollectiveModel:
         tree_bus_Bps = min(bus_Bps * factor, table.ll_bus_cap_Bps(protocol, nodes))
         algbw_Bps = 0.5 * tree_bus_Bps * table.size_correction("tree", protocol, nbytes)
         return self.allreduce_time_s(0.0, "tree", protocol) + nbytes / algbw_Bps
+
+    def _nccl_tuning(self) -> NcclTuning | None:
+        """NCCL's logged table where it was logged for this very shape (a table describes one
+        communicator: its ranks, nodes and channels), else None."""
+        tuning = self.protocol_table.nccl_tuning
+        topo = self.topology
+        return tuning if tuning is not None and tuning.applies_to(topo.world_size, topo.nodes) else None
 
     # -- FAST mode ------------------------------------------------------------------------------
     def allreduce_time_s(self, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> float:

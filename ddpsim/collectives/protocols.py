@@ -72,9 +72,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from ddpsim.collectives.nccl_tuning import NcclTuning
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 HOP_LATENCY_MODES = ("scaled", "absolute", "additive")
@@ -200,6 +203,9 @@ class ProtocolTable:
         tree LL128 across nodes is 120/128 against LL128's 0.92).
     protocols: the protocols NCCL may pick on this system (it enables LL128 only on some; a
         calibration keeps those NCCL's own log showed it running).
+    nccl_tuning: NCCL's own cost table as its log printed it for one shape (``nccl_tuning.py``);
+        where it holds for the simulated shape, ``CollectiveModel.choose`` picks from it as NCCL
+        does. None (NCCL's logged table unknown): the choice is played from this table's model.
 
     Hierarchical all-reduce is made of rings, so it is priced with the ring's entries.
     """
@@ -221,6 +227,7 @@ class ProtocolTable:
     algorithm_protocol_efficiency: dict[tuple[str, str, str], float] = field(
         default_factory=_nccl_algorithm_protocol_efficiency)
     protocols: tuple[str, ...] = PROTOCOL_NAMES
+    nccl_tuning: NcclTuning | None = None
 
     def __post_init__(self) -> None:
         if not self.protocols or any(p not in PROTOCOL_NAMES for p in self.protocols):
@@ -287,6 +294,8 @@ class ProtocolTable:
             "ll_max_bus_Bps": list(self.ll_max_bus_Bps),
             "algorithm_protocol_efficiency": {"/".join(k): v for k, v in self.algorithm_protocol_efficiency.items()},
             "protocols": list(self.protocols),
+            # only where a log gave it, so that tables without one keep their exact earlier form
+            **({"nccl_tuning": self.nccl_tuning.to_dict()} if self.nccl_tuning is not None else {}),
         }
 
     @classmethod
@@ -299,11 +308,12 @@ class ProtocolTable:
 
         Raises KeyError, TypeError or ValueError on unknown fields or malformed keys.
         """
+        from ddpsim.collectives.nccl_tuning import NcclTuning  # it imports this module
         unknown = set(data) - {"base_latency_s", "hop_latency_s", "bandwidth_efficiency",
                                "transport_efficiency", "hop_latency_mode", "algorithm_efficiency",
                                "tree_size_correction", "tree_chain_bound", "reference_link_latency_s",
                                "net_overhead_s", "ring_plateau_factor", "ring_plateau_min_bytes", "ll_max_bus_Bps",
-                               "algorithm_protocol_efficiency", "protocols"}
+                               "algorithm_protocol_efficiency", "protocols", "nccl_tuning"}
         if unknown:
             raise KeyError(f"unknown protocol table fields: {', '.join(sorted(unknown))}")
 
@@ -340,6 +350,7 @@ class ProtocolTable:
                                            if "algorithm_protocol_efficiency" in data
                                            else default.algorithm_protocol_efficiency),
             protocols=tuple(str(p) for p in data.get("protocols", default.protocols)),
+            nccl_tuning=NcclTuning.from_dict(data["nccl_tuning"]) if data.get("nccl_tuning") is not None else None,
         )
 
     @staticmethod

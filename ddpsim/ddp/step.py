@@ -40,6 +40,9 @@ class StepCosts:
     end_of_backward_s: float = 0.0  # after the last bucket launch: used-map launch, finalize's reads
     used_map_allreduce_s: float = 0.0  # on DDP's stream after the last bucket; finalize waits for it
     bucket_cpu_s: float = 0.0  # launching a bucket holds up the backward kernels queued after it
+    # an all-reduce launched onto an idle NCCL stream waits this long for the other ranks to arrive;
+    # one queued behind the previous bucket's all-reduce does not (the other ranks have caught up meanwhile)
+    idle_start_wait_s: float = 0.0
     compute_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
 
@@ -187,7 +190,12 @@ def rank_step(
     def comm_stream() -> Generator[Any, Any, None]:
         for _ in buckets:
             bucket = yield launched.get()
-            yield env.timeout(costs.bucket_launch_s)
+            # per-bucket traces (h200x4-2026-11-26, cap 25, 4 GPUs): an all-reduce that starts on an idle
+            # stream ran 0.6-2.4 ms (NVLink) and 1.6-4.3 ms (shm) past its time alone, one queued behind
+            # the previous bucket 0-0.2 ms (shm) and ~0.1 ms (NVLink, after backward): the ranks' arrival
+            # at a collective is paid once per idle start, never again while the stream stays busy
+            idle_start = env.now <= trace.bucket_launch_s[bucket.index]
+            yield env.timeout(costs.bucket_launch_s + (costs.idle_start_wait_s if idle_start else 0.0))
             if rendezvous is None:
                 trace.bucket_start_s[bucket.index] = env.now
                 trace.bucket_end_s[bucket.index] = env.now

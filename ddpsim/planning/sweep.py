@@ -189,6 +189,7 @@ def scenario_hash(scenario: Scenario) -> str:
     resolved = dataclasses.asdict(scenario)
     resolved.pop("source", None)  # moving or renaming the YAML file must not invalidate points
     resolved.pop("calibration", None)  # the value's content digest stands for it below
+    resolved.pop("defaulted_fields", None)  # how the values were spelled, not what they are
     model = scenario.workload.model
     inputs = {
         "calibration": scenario.calibration.digest if scenario.calibration is not None else None,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Sequence
 
 from ddpsim.results import Result
@@ -21,7 +22,7 @@ def table(
     lines = ["  ".join(h.ljust(w) for h, w in zip(headers, widths, strict=True))]
     lines.append("  ".join("-" * w for w in widths))
     lines += ["  ".join(_justify(c, w, i if numbers_right else 0) for i, (c, w) in enumerate(zip(r, widths, strict=True))) for r in cells]
-    return "\n".join(lines)
+    return "\n".join(line.rstrip() for line in lines)
 
 
 def _justify(cell: str, width: int, column: int) -> str:
@@ -92,8 +93,13 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
     return rows
 
 
-def summary_table(result: Result, markdown: bool = False) -> str:
-    return table(("quantity", "value"), summary_rows(result), markdown, numbers_right=False)
+def summary_table(result: Result, markdown: bool = False, width: int = 100) -> str:
+    rows = summary_rows(result)
+    if not markdown:
+        # a provenance line names every default it used: wrap it under its own row, not off the terminal
+        rows = [(name if i == 0 else "", line) for name, value in rows
+                for i, line in enumerate(textwrap.wrap(value, width) or [""])]
+    return table(("quantity", "value"), rows, markdown, numbers_right=False)
 
 
 def bucket_table(result: Result, markdown: bool = False, limit: int = 40) -> str:

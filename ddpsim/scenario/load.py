@@ -58,7 +58,8 @@ def _section_keys() -> set[str]:
 class _Reader:
     """Typed access to one mapping of the YAML, with the dotted path for error messages."""
 
-    def __init__(self, data: Any, path: str, file: str, allowed: Iterable[str]) -> None:
+    def __init__(self, data: Any, path: str, file: str, allowed: Iterable[str],
+                 defaulted: set[str] | None = None) -> None:
         if data is None:
             data = {}
         if not isinstance(data, dict):
@@ -70,6 +71,9 @@ class _Reader:
                 hint = f"; did you mean '{near[0]}'?" if near else f"; valid fields: {', '.join(sorted(allowed))}"
                 raise ScenarioError(f"unknown field{hint}", file=file, field=self._join(path, str(key)))
         self.data, self.path, self.file = data, path, file
+        # dotted names of the fields this scenario left to ddpsim's defaults, shared by every
+        # section's reader: `ddpsim run` says which values nobody wrote down
+        self.defaulted: set[str] = set() if defaulted is None else defaulted
 
     @staticmethod
     def _join(path: str, key: str) -> str:
@@ -82,7 +86,7 @@ class _Reader:
         return self.data.get(key) is not None
 
     def section(self, cls: type, key: str) -> _Reader:
-        return _Reader(self.data.get(key), self._join(self.path, key), self.file, _keys(cls))
+        return _Reader(self.data.get(key), self._join(self.path, key), self.file, _keys(cls), self.defaulted)
 
     def value(self, fs: FieldSpec, default: Any = _NOT_GIVEN) -> Any:
         """The field's value in SI units, checked against its kind and bounds; its default if absent."""
@@ -91,6 +95,7 @@ class _Reader:
         if key not in self.data:
             if fs.required:
                 raise self.error(key, "missing required field")
+            self.defaulted.add(self._join(self.path, key))
             return fallback
         raw = self.data[key]
         if raw is None or (isinstance(raw, str) and not raw.strip()):
@@ -232,7 +237,7 @@ def _topology(r: _Reader) -> CustomTopologySpec:
         raise r.error("links", f"lists {len(links_raw)} links; a custom graph may have at most {MAX_CUSTOM_LINKS}")
     links = []
     for i, item in enumerate(links_raw):
-        link_reader = _Reader(item, f"{r.path}.links[{i}]", r.file, _keys(TopologyLink))
+        link_reader = _Reader(item, f"{r.path}.links[{i}]", r.file, _keys(TopologyLink), r.defaulted)
         link = TopologyLink(**read_fields(TopologyLink, link_reader))
         if link.a == link.b:
             raise link_reader.error("b", f"a link must join two different vertices, got {link.a!r} twice")
@@ -357,6 +362,7 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
         calibration_path=calibration_path,
         calibration=calibration,
         price_per_gpu_hour=plain["price_per_gpu_hour"],
+        defaulted_fields=frozenset(root.defaulted),
         source=file,
         base_dir=base_dir,
     )

@@ -287,6 +287,9 @@ class OverheadSpec:
     allreduce_stretch: float = spec("allreduce_stretch", "number",
                                     "every all-reduce inside DDP takes this many times the isolated call", 1.0,
                                     **_FACTOR)
+    idle_start_wait_s: float = spec("idle_start_wait", "time",
+                                    "an all-reduce that starts on an idle NCCL stream waits this long for the "
+                                    "other ranks; one queued behind another does not", "0us", **_LATENCY)
     max_inflight_buckets: int | None = spec("max_inflight_buckets", "int",
                                             "the launch path blocks after this many outstanding all-reduces", None,
                                             minimum=1, maximum=1_000_000, default_text="never blocks")
@@ -335,6 +338,8 @@ class Scenario:
     calibration: Calibration | None = None
     price_per_gpu_hour: float | None = spec("price_per_gpu_hour", "number", "for cost per million samples/tokens",
                                             None, minimum=0.0, maximum=1e6)
+    # dotted names ("cluster.inter_node.nic_bandwidth") the file left to ddpsim's defaults
+    defaulted_fields: frozenset[str] = frozenset()
     source: str = "<memory>"
     base_dir: str = "."
 

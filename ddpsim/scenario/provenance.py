@@ -1,0 +1,73 @@
+"""Where a scenario's values came from: written in its file, or left to ddpsim's defaults.
+
+``ddpsim run`` prints one line per group of inputs (intra-node link, network, DDP overheads,
+compute). A default is a number nobody measured for this cluster, so the line names each one
+with its value; a user planning a network should see "400 Gbps: ddpsim's default" rather than
+a step time that silently assumed it.
+"""
+
+from __future__ import annotations
+
+from ddpsim.scenario.schema import OverheadSpec, Scenario, field_specs
+from ddpsim.units import format_time
+
+# the overhead terms a user can write, by their scenario key
+OVERHEAD_KEYS = tuple(fs.key for _name, fs in field_specs(OverheadSpec))
+
+
+def bandwidth_text(bandwidth_Bps: float) -> str:
+    """Bytes/s as both units people use: network in Gbps, GPU links in GB/s."""
+    return f"{bandwidth_Bps * 8 / 1e9:g} Gbps ({bandwidth_Bps / 1e9:.3g} GB/s)"
+
+
+def values_source(scenario: Scenario, values: dict[str, str], defaults_are: str) -> str:
+    """One provenance line for a group of fields: ``values`` maps each dotted field name to its value
+    as text; ``defaults_are`` says what the defaults are (e.g. "nothing measured them")."""
+    defaulted = [f"{name.rsplit('.', 1)[-1]} {text}".rstrip() for name, text in values.items()
+                 if name in scenario.defaulted_fields]
+    if not defaulted:
+        return f"scenario {scenario.source}"
+    listed = ", ".join(defaulted)
+    if len(defaulted) == len(values):
+        return f"ddpsim's defaults ({defaults_are}), none in scenario {scenario.source}: {listed}"
+    return f"scenario {scenario.source}, except ddpsim's defaults ({defaults_are}): {listed}"
+
+
+def intra_node_source(scenario: Scenario) -> str:
+    intra = scenario.cluster.intra_node
+    return values_source(scenario, {
+        "cluster.intra_node.bandwidth": bandwidth_text(intra.bandwidth_Bps),
+        "cluster.intra_node.latency": format_time(intra.latency_s),
+    }, f"typical of {intra.type}, not measured")
+
+
+def inter_node_source(scenario: Scenario) -> str:
+    inter = scenario.cluster.inter_node
+    return values_source(scenario, {
+        "cluster.inter_node.type": inter.type,
+        "cluster.inter_node.nic_bandwidth": bandwidth_text(inter.nic_bandwidth_Bps),
+        "cluster.inter_node.latency": format_time(inter.latency_s),
+        "cluster.inter_node.oversubscription": f"{inter.oversubscription:g}",
+        "cluster.inter_node.nics_per_node": "one per GPU" if inter.nics_per_node is None else str(inter.nics_per_node),
+    }, "nothing measured them")
+
+
+def overheads_source(scenario: Scenario) -> str:
+    defaults_are = "fitted on 4 x H200 NVLink, not on this cluster"
+    if all(f"overheads.{key}" in scenario.defaulted_fields for key in OVERHEAD_KEYS):
+        return f"ddpsim's defaults ({defaults_are}): scenario {scenario.source} has no overheads"
+    return values_source(scenario, {f"overheads.{key}": "" for key in OVERHEAD_KEYS}, defaults_are)
+
+
+def compute_source(scenario: Scenario, measured_in: str | None, model: str, gpu_name: str,
+                   default_efficiency: float) -> str:
+    """A measured profile (``measured_in``: its file), or an estimate from the model's FLOPs and bytes
+    at the GPU's datasheet peak."""
+    if measured_in is not None:
+        return f"profile {measured_in} (measured)"
+    efficiency = scenario.workload.compute_efficiency
+    if efficiency is None:
+        where = f"{default_efficiency:g}, the {gpu_name} catalog's default, not measured"
+    else:
+        where = f"{efficiency:g}, scenario {scenario.source}"
+    return f"estimated: {model}'s FLOPs and bytes at {gpu_name}'s datasheet peak x compute_efficiency {where}"

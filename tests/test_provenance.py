@@ -1,0 +1,80 @@
+"""`ddpsim run` says which values the scenario wrote and which were ddpsim's defaults (nothing silent)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ddpsim.scenario.load import load_scenario
+from ddpsim.simulation import prepare
+
+HALF_WRITTEN = """\
+workload: {model: mlp, batch_size: 8}
+cluster:
+  gpu: H100-SXM
+  nodes: 2
+  gpus_per_node: 4
+  intra_node: {type: nvswitch, bandwidth: 300GB/s}
+  inter_node: {nic_bandwidth: 200Gbps}
+"""
+
+ALL_WRITTEN = """\
+workload: {model: mlp, batch_size: 8, compute_efficiency: 0.4}
+cluster:
+  gpu: H100-SXM
+  nodes: 2
+  gpus_per_node: 4
+  intra_node: {type: nvswitch, bandwidth: 300GB/s, latency: 2us}
+  inter_node: {type: fat-tree, nic_bandwidth: 200Gbps, latency: 7us, oversubscription: 2, nics_per_node: 4}
+overheads: {bucket_launch: 30us, copy_bandwidth: 1TB/s, compute_slowdown: 1.1, comm_slowdown: 1.2,
+            allreduce_stretch: 1.3, idle_start_wait: 0us, max_inflight_buckets: 4, bucket_cpu: 5us, hook_cpu: 100us,
+            buffer_sync: 0ms}
+"""
+
+
+def _sources(tmp_path, text, *overrides):
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return prepare(load_scenario(str(path), overrides)).sources
+
+
+def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_path):
+    sources = _sources(tmp_path, HALF_WRITTEN)
+    network = sources["inter-node network"]
+    # the file wrote the NIC speed, not the latency, fabric type or NIC count
+    assert "except ddpsim's defaults" in network
+    assert "latency 5.0 us" in network and "type rail-fat-tree" in network and "nics_per_node one per GPU" in network
+    assert "nic_bandwidth" not in network
+    intra = sources["intra-node link"]
+    assert "latency 3.0 us" in intra and "bandwidth" not in intra.split("defaults")[1]
+    assert sources["DDP overheads"].startswith("ddpsim's defaults") and "has no overheads" in sources["DDP overheads"]
+    assert "compute_efficiency 0.5, the H100 catalog's default, not measured" in sources["compute"]
+
+
+def test_a_scenario_that_writes_everything_is_cited_alone(tmp_path):
+    sources = _sources(tmp_path, ALL_WRITTEN)
+    path = str(tmp_path / "s.yaml")
+    for name in ("intra-node link", "inter-node network", "DDP overheads"):
+        assert sources[name] == f"scenario {path}", name
+    assert "compute_efficiency 0.4, scenario" in sources["compute"]
+
+
+def test_a_set_override_counts_as_written(tmp_path):
+    sources = _sources(tmp_path, HALF_WRITTEN, "cluster.inter_node.latency=9us")
+    assert "latency" not in sources["inter-node network"]
+    assert "type rail-fat-tree" in sources["inter-node network"]
+
+
+def test_run_prints_the_defaults_in_text_and_json(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(HALF_WRITTEN)
+    out = tmp_path / "out"
+    run = subprocess.run([sys.executable, "-m", "ddpsim", "run", str(path), "--out", str(out)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "from: inter-node network" in run.stdout and "ddpsim's defaults" in run.stdout
+    # wrapped under its row, never wider than the table's value column
+    assert max(len(line) for line in run.stdout.splitlines() if line.startswith("from: ")) < 140
+    result = json.loads((out / "result.json").read_text())
+    assert "latency 5.0 us" in json.dumps(result)
