@@ -1,11 +1,11 @@
-"""Does ddpsim get each DDP option's effect right? Two options campaigns, two machines.
+"""Does ddpsim get each DDP option's effect right? Three options campaigns, three machines.
 
-For every (model, transport, option) measured in both ``validation/data/h200x4-options-2026-11-26``
-(4 x H200) and ``validation/data/h100x4-options-2026-11-26`` (4 x H100, the repeat on another
-machine), the option's effect is its step over the plain step of the same launch at the same cap,
+For every (model, transport, option) measured in all of ``validation/data/h200x4-options-2026-11-26``
+(4 x H200), ``validation/data/h100x4-options-2026-11-26`` (4 x H100, the repeat on another machine) and
+``validation/data/h100x4-options-2026-11-26b`` (a second 4 x H100 allocation), the option's effect is its step over the plain step of the same launch at the same cap,
 measured and predicted (``ddpsim validate`` with ``validation/calibration-h200x4.json``, fitted on
 another campaign's plain runs: every run here is held out). A case counts where the measured effect
-exceeds 5% on both machines in the same direction (the repeat agrees); it is right in direction when
+exceeds 5% on every machine in the same direction (the repeat agrees); it is right in direction when
 the prediction moves the same way, and right in magnitude when the predicted change is within a
 factor 1.5 of the measured one.
 
@@ -24,7 +24,8 @@ from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26"}
+CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26",
+             "H100b": "validation/data/h100x4-options-2026-11-26b"}
 CALIBRATION = "validation/calibration-h200x4.json"
 THRESHOLD = 0.05
 FACTOR = 1.5
@@ -62,7 +63,7 @@ def main() -> int:
         print(f"{key[0]:13s} {key[1]:7s} {key[2]:11s} " + " ".join(f"{c:>15s}" for c in cells)
               + f"  {'yes' if counted else '-':7s}  {('right' if direction else 'WRONG') if counted else '-':9s}"
               f"  {('ok' if magnitude else 'off') if counted else '-'}")
-    print("\ncases where both machines measured the same direction beyond 5%: direction right, magnitude within 1.5x")
+    print("\ncases where every machine measured the same direction beyond 5%: direction right, magnitude within 1.5x")
     for name, (n, right, close) in sorted(tally.items()):
         print(f"  {name:13s} {right} of {n} right, {close} of {n} within 1.5x")
     return 0
