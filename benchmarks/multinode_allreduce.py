@@ -144,7 +144,7 @@ def main(argv: list[str]) -> int:
     # campaign, whose NCCL believes the same 10 Gbps network.
     every = [s for r in records if r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
     calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(every)}, "all shapes, forced Ring")
-    for campaign in (data, os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-26")):
+    for campaign in (data, *(os.path.join(ROOT, "validation", "data", f"h100x4-multinode-2026-11-26{s}") for s in ("", "b"))):
         if os.path.isfile(os.path.join(campaign, "allreduce.jsonl")):
             print(f"\nauto = NCCL's logged choice, default sweeps of {os.path.relpath(campaign, ROOT)} "
                   f"(calibration: forced-Ring sweeps of every shape of {os.path.basename(data)}):")
