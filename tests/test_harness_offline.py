@@ -226,3 +226,11 @@ def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, mo
     assert by_cap[5]["status"] == "failed" and "out of memory" in by_cap[5]["error"]
     assert by_cap[1]["status"] == by_cap[25]["status"] == "ok"
     assert all(r["fingerprint"]["transport"] == "socket" for r in records)
+
+
+def test_ddp_world1_times_the_reducer_on_one_rank():
+    # the profile launch's world-size-1 DDP: the reducer's per-rank work, timed plain and as bucket views
+    rows = worker.ddp_world1(models.MODELS["tiny-mlp"], torch.device("cpu"), [25], steps=3, warmup=1)
+    assert [(r["bucket_cap_mb"], r["variant"]) for r in rows] == [(25, "none"), (25, "gbv")]
+    assert all(r["step_s"] > 0 and r["steps"] == 3 for r in rows)
+    torch.distributed.destroy_process_group()

@@ -849,9 +849,40 @@ def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launc
 
 
 # ============================================================================ main
+def _world1_group(device):
+    """A one-rank process group for DDP at world size 1 (the profile launch runs without torchrun)."""
+    import socket
+
+    if dist.is_initialized():
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    kw = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{port}",
+                            rank=0, world_size=1, timeout=datetime.timedelta(seconds=120), **kw)
+
+
+def ddp_world1(spec, device, caps, variants=("none", "gbv"), steps=20, warmup=3):
+    """DDP's own per-rank cost on this host: the model wrapped in DDP at world size 1 (its reducer hooks,
+    bucket copies, the launch of each bucket's one-rank all-reduce) against the plain step of the same
+    profile. Nothing crosses a link, so what it adds is the work every rank of a larger job does too;
+    on a launch-bound model it is host time on the backward thread, which differs between machines."""
+    _world1_group(device)
+    out = []
+    for cap in caps:
+        for variant in variants:
+            rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=0, variant=variant)
+            out.append({"bucket_cap_mb": cap, "variant": variant, "step_s": rec["step_s_median"],
+                        "step_s_p10": rec["step_s_p10"], "step_s_p90": rec["step_s_p90"],
+                        "steps": len(rec["step_times_s"])})
+    return out
+
+
 def _profile_main(a, models, batch_sizes, t_start):
     device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
     fp = fingerprint(device, 1, "none", 1)
+    ddp_caps = [_cap_value(c) for c in a.profile_ddp_caps.split(",") if c] if a.profile_ddp_caps else []
     for name in models:
         for bs in (batch_sizes or [None]):
             if time.perf_counter() - t_start > a.budget_s:
@@ -872,6 +903,9 @@ def _profile_main(a, models, batch_sizes, t_start):
                 prof["launch_id"] = a.launch_id
                 prof["status"] = "ok"
                 prof["model_source"] = spec.source
+                if ddp_caps:
+                    prof["ddp_world1"] = ddp_world1(spec, device, ddp_caps, steps=a.profile_iters,
+                                                    warmup=2 if a.quick else 3)
                 default_bs = MODELS[name].batch_size if name in MODELS else None
                 stem = file_stem(name, spec.batch_size, default_bs if default_bs is not None else spec.batch_size)
                 write_json(os.path.join(a.out, "profiles", stem + ".json"), prof)
@@ -924,6 +958,9 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=30, help="timed steps per configuration per round")
     ap.add_argument("--nosync-steps", type=int, default=None)
     ap.add_argument("--profile-iters", type=int, default=20)
+    ap.add_argument("--profile-ddp-caps", default="25",
+                    help="caps (MB) at which the profile launch also times DDP at world size 1, plain and with "
+                         "gradient_as_bucket_view (empty: not measured)")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
