@@ -85,6 +85,13 @@ def prepare(scenario: Scenario) -> Prepared:
     measured_in = workload.measured.source if workload.measured is not None else None
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency),
                **calibrated.sources}
+    if measured_in is not None and scenario.cluster.world_size > 1:
+        extra = workload.ddp_world1_extra_s
+        variant = "gbv" if scenario.ddp.gradient_as_bucket_view else "none"
+        sources["DDP's per-rank work"] = (
+            f"profile {measured_in}: DDP at world size 1 added {extra.get(variant, extra.get('none', 0.0)) * 1e3:.2f} ms "
+            "to the plain step (measured)" if extra else
+            "not measured (the profile has no world-size-1 DDP timing): only the bucket copies are priced")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
@@ -115,6 +122,22 @@ def _option_costs(prep: Prepared) -> OptionCosts:
                         _copy_bandwidth_Bps(prep.scenario, prep.gpu), prep.gpu.kernel_launch_s)
 
 
+def _reducer_per_param_s(prep: Prepared, modelled_copies_s: float) -> float:
+    """DDP's own per-rank work per gradient hook, where the profile measured it: DDP at world size 1
+    on the profiled machine (``Workload.ddp_world1_extra_s``: the reducer's autograd hooks, bucket copies
+    and launches, with nothing on a link) over the plain step, less the copies modelled here already,
+    spread over the gradients' hooks on the backward thread. On a launch-bound model this host work
+    delays every backward kernel behind it: the same 4 x H100 model ran its DDP step 1.3-1.9x slower on
+    a slower host (validation/data/h100x4-options-2026-11-26b), and world-size-1 DDP measured 10 ms of
+    it for mlp-ln-64 (h100x4-options-2026-11-26c). Without the measurement: 0 (nothing assumed)."""
+    extra = prep.workload.ddp_world1_extra_s
+    if prep.scenario.cluster.world_size == 1 or not extra:
+        return 0.0
+    variant = "gbv" if prep.scenario.ddp.gradient_as_bucket_view else "none"
+    measured_s = extra.get(variant, extra.get("none", 0.0))
+    return max(0.0, measured_s - modelled_copies_s) / max(1, len(prep.workload.params))
+
+
 def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     scenario, workload, gpu = prep.scenario, prep.workload, prep.gpu
     world = scenario.cluster.world_size
@@ -136,6 +159,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     cast_out = tuple(
         (b.grad_bytes + b.wire_bytes) / copy_Bps + gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
     )
+    param_hook_s = _option_costs(prep).per_param_s + _reducer_per_param_s(prep, sum(copy_in) + copy_out)
     pre_forward = 0.0
     if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
         pre_forward += allreduce_time_s(workload.buffer_bytes) + overheads.buffer_sync_s
@@ -151,7 +175,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         hook_cast_out_s=cast_out,
         pre_forward_s=pre_forward,
         post_forward_s=options.post_forward_s,
-        param_hook_s=options.per_param_s,
+        param_hook_s=param_hook_s,
         end_of_backward_s=options.end_of_backward_s,
         used_map_allreduce_s=allreduce_time_s(options.used_map_bytes) if communicating and options.used_map_bytes else 0.0,
         # the step process takes the extra fraction (0 = no effect); the scenario states factors >= 1

@@ -108,3 +108,54 @@ def test_resolve_zoo_and_unknown_names():
     with pytest.raises(ScenarioError, match="did you mean 'bert-large'") as err:
         load_workload(WorkloadSpec(model="bert-larg", batch_size=2), ".")
     assert err.value.field == "workload.model"
+
+
+def test_world1_ddp_rows_give_the_reducers_measured_cost_per_variant(tmp_path):
+    data = copy.deepcopy(PROFILE)
+    data["ddp_world1"] = [
+        {"bucket_cap_mb": 25, "variant": "none", "step_s": 0.0065},
+        {"bucket_cap_mb": 5, "variant": "none", "step_s": 0.0075},
+        {"bucket_cap_mb": 25, "variant": "gbv", "step_s": 0.0040},  # faster than the plain step: noise, not a gain
+    ]
+    workload = load_profile(write(tmp_path, data))
+    # the median over caps of (DDP step - the profile's step_s = 4.5 ms), never below 0
+    assert workload.ddp_world1_extra_s == pytest.approx({"none": 0.0025, "gbv": 0.0})
+    assert load_profile(write(tmp_path, PROFILE, "plain.json")).ddp_world1_extra_s == {}
+
+
+def test_a_bad_world1_row_is_named(tmp_path):
+    data = copy.deepcopy(PROFILE)
+    data["ddp_world1"] = [{"bucket_cap_mb": 25, "variant": "fp16", "step_s": 0.005}]
+    with pytest.raises(ScenarioError) as err:
+        load_profile(write(tmp_path, data))
+    assert err.value.field == "ddp_world1[0].variant"
+
+
+def test_world1_ddp_cost_lengthens_a_gradient_as_bucket_view_step_by_at_most_itself(tmp_path):
+    # with gradient_as_bucket_view ddpsim models no copies, so the measured world-size-1 cost lands on
+    # the gradients' hooks whole: the step grows by that much, less whatever communication it now hides
+    import os
+
+    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.simulation import prepare, simulate
+
+    source = os.path.join(os.path.dirname(__file__), "..", "validation", "data", "h200x4-2026-11-26", "profiles",
+                          "gpt2-124m.json")
+    data = json.load(open(source))
+    extra_s = 0.004
+    data["ddp_world1"] = [{"bucket_cap_mb": 25, "variant": "gbv", "step_s": data["step_s"] + extra_s}]
+    plain, with_cost = write(tmp_path, json.load(open(source)), "plain.json"), write(tmp_path, data, "w1.json")
+
+    def step_s(path):
+        scenario = scenario_from_dict({
+            "workload": {"model": f"profile:{path}", "batch_size": data["batch_size"], "precision": data["precision"]},
+            "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 4, "intra_node": {"type": "nvswitch"}},
+            "ddp": {"bucket_cap_mb": 25, "gradient_as_bucket_view": True},
+        })
+        prep = prepare(scenario)
+        return simulate(prep).step_time_s, prep.sources
+
+    before, _ = step_s(plain)
+    after, sources = step_s(with_cost)
+    assert 0.9 * extra_s <= after - before <= extra_s + 1e-9
+    assert "4.00 ms" in sources["DDP's per-rank work"]

@@ -92,6 +92,10 @@ class Workload:
     autograd_nodes: int | None = None
     autograd_nodes_source: str = ""
     output_bytes: int | None = None
+    # What DDP at world size 1 added to the measured step on the profiled machine, per variant ("none",
+    # "gbv" = gradient_as_bucket_view): DDP's own per-rank work (reducer hooks, bucket copies and
+    # launches), measured with nothing on a link; empty when the profile did not measure it.
+    ddp_world1_extra_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def unused_params(self) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from statistics import median
 from typing import Any
 
 from ddpsim.errors import ScenarioError
@@ -52,6 +53,26 @@ class _Fields:
 
 def _module_of(name: str) -> str:
     return name.rsplit(".", 1)[0] if "." in name else ""
+
+
+def _ddp_world1_extra_s(root: _Fields, plain_step_s: float) -> dict[str, float]:
+    """What DDP at world size 1 adds to the plain step, per variant ("none", "gbv"): the harness's
+    ``ddp_world1`` rows (median over their caps), against the profile's own step. Optional."""
+    rows = root.get("ddp_world1", (list,), "a list of {bucket_cap_mb, variant, step_s}", optional=True) or []
+    step_s = root.get("step_s", (int, float), "seconds", optional=True) or plain_step_s
+    by_variant: dict[str, list[float]] = {}
+    for i, raw in enumerate(rows):
+        if not isinstance(raw, dict):
+            raise root.error(f"ddp_world1[{i}]", "expected an object with bucket_cap_mb, variant, step_s")
+        rec = _Fields(root.path, raw, prefix=f"ddp_world1[{i}].")
+        variant = rec.get("variant", (str,), '"none" or "gbv"')
+        if variant not in ("none", "gbv"):
+            raise rec.error("variant", f'expected "none" or "gbv", got {variant!r}')
+        seconds = rec.seconds("step_s")
+        assert seconds is not None
+        by_variant.setdefault(variant, []).append(seconds - step_s)
+    # never negative: a world-size-1 DDP step faster than the plain one is the profile's noise, not a gain
+    return {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
 
 
 def load_profile(path: str) -> Workload:
@@ -148,6 +169,7 @@ def load_profile(path: str) -> Workload:
         seq_len=seq_len,
         buffer_bytes=int(buffers),
         measured=measured,
+        ddp_world1_extra_s=_ddp_world1_extra_s(root, forward_s + backward_s + optimizer_s),
         notes=tuple(notes),
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
