@@ -92,6 +92,13 @@ def prepare(scenario: Scenario) -> Prepared:
             f"profile {measured_in}: DDP at world size 1 added {extra.get(variant, extra.get('none', 0.0)) * 1e3:.2f} ms "
             "to the plain step (measured)" if extra else
             "not measured (the profile has no world-size-1 DDP timing): only the bucket copies are priced")
+        if scenario.ddp.comm_hook != "none":
+            # the profile's world-size-1 DDP with the hook is recorded but not used: 20 steps at one cap
+            # leave a few ms of noise against a hook cost of about 2 ms per step (on the fifth 4 x H100
+            # allocation, h100x4-options-2026-11-26e, using it gave 7.4% mean error against 7.0% without)
+            sources["compress hook on the backward thread"] = (
+                "overheads.hook_cpu plus ddpsim.ddp.hooks' 360 us per bucket, measured on one 2 x H100 host, not "
+                "on this machine")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 

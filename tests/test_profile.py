@@ -125,7 +125,7 @@ def test_world1_ddp_rows_give_the_reducers_measured_cost_per_variant(tmp_path):
 
 def test_a_bad_world1_row_is_named(tmp_path):
     data = copy.deepcopy(PROFILE)
-    data["ddp_world1"] = [{"bucket_cap_mb": 25, "variant": "fp16", "step_s": 0.005}]
+    data["ddp_world1"] = [{"bucket_cap_mb": 25, "variant": "powersgd", "step_s": 0.005}]
     with pytest.raises(ScenarioError) as err:
         load_profile(write(tmp_path, data))
     assert err.value.field == "ddp_world1[0].variant"

@@ -93,8 +93,9 @@ class Workload:
     autograd_nodes_source: str = ""
     output_bytes: int | None = None
     # What DDP at world size 1 added to the measured step on the profiled machine, per variant ("none",
-    # "gbv" = gradient_as_bucket_view): DDP's own per-rank work (reducer hooks, bucket copies and
-    # launches), measured with nothing on a link; empty when the profile did not measure it.
+    # "gbv" = gradient_as_bucket_view, "fp16"/"bf16" = the compress hooks): DDP's own per-rank work
+    # (reducer hooks, bucket copies and launches, a hook's own work), measured with nothing on a link;
+    # empty when the profile did not measure it.
     ddp_world1_extra_s: dict[str, float] = field(default_factory=dict)
 
     @property

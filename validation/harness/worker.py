@@ -863,17 +863,22 @@ def _world1_group(device):
                             rank=0, world_size=1, timeout=datetime.timedelta(seconds=120), **kw)
 
 
-def ddp_world1(spec, device, caps, variants=("none", "gbv"), steps=20, warmup=3):
+def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), steps=20, warmup=3):
     """DDP's own per-rank cost on this host: the model wrapped in DDP at world size 1 (its reducer hooks,
     bucket copies, the launch of each bucket's one-rank all-reduce) against the plain step of the same
-    profile. Nothing crosses a link, so what it adds is the work every rank of a larger job does too;
+    profile; with a compression hook also the hook's own work on the backward thread (cast, ``div_``,
+    ``fut.then``), whose cost per bucket moves with the host as much as the reducer's does. Nothing crosses a link, so what it adds is the work every rank of a larger job does too;
     on a launch-bound model it is host time on the backward thread, which differs between machines."""
     _world1_group(device)
     out = []
     for cap in caps:
         for variant in variants:
-            rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=0, variant=variant)
-            out.append({"bucket_cap_mb": cap, "variant": variant, "step_s": rec["step_s_median"],
+            try:
+                rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=0, variant=variant)
+            except Exception as e:  # noqa: BLE001 - e.g. the bf16 hook needs NCCL: recorded, the others go on
+                out.append({"bucket_cap_mb": cap, "variant": variant, "status": "failed", "error": repr(e)[:300]})
+                continue
+            out.append({"bucket_cap_mb": cap, "variant": variant, "status": "ok", "step_s": rec["step_s_median"],
                         "step_s_p10": rec["step_s_p10"], "step_s_p90": rec["step_s_p90"],
                         "steps": len(rec["step_times_s"])})
     return out
@@ -966,8 +971,8 @@ def main(argv=None):
     ap.add_argument("--nosync-steps", type=int, default=None)
     ap.add_argument("--profile-iters", type=int, default=20)
     ap.add_argument("--profile-ddp-caps", default="25",
-                    help="caps (MB) at which the profile launch also times DDP at world size 1, plain and with "
-                         "gradient_as_bucket_view (empty: not measured)")
+                    help="caps (MB) at which the profile launch also times DDP at world size 1: plain, with "
+                         "gradient_as_bucket_view and with the fp16/bf16 compress hooks (empty: not measured)")
     ap.add_argument("--quick", action="store_true")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
