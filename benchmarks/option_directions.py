@@ -1,8 +1,9 @@
-"""Does ddpsim get each DDP option's effect right? Four options campaigns, four machines.
+"""Does ddpsim get each DDP option's effect right? Six options campaigns, six machines.
 
 For every (model, transport, option) measured in all of ``validation/data/h200x4-options-2026-11-26``
 (4 x H200), ``validation/data/h100x4-options-2026-11-26`` (4 x H100, the repeat on another machine),
-``validation/data/h100x4-options-2026-11-26b`` and ``-26c`` (two more 4 x H100 allocations), the option's effect is its step over the plain step of the same launch at the same cap,
+``validation/data/h100x4-options-2026-11-26b``, ``-26c``, ``-26d`` and ``-26e`` (four more 4 x H100 allocations),
+the option's effect is its step over the plain step of the same launch at the same cap,
 measured and predicted (``ddpsim validate`` with ``validation/calibration-h200x4.json``, fitted on
 another campaign's plain runs: every run here is held out). A case counts where the measured effect
 exceeds 5% on every machine in the same direction (the repeat agrees); it is right in direction when
@@ -25,7 +26,8 @@ from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26",
-             "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c"}
+             "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c",
+             "H100d": "validation/data/h100x4-options-2026-11-26d", "H100e": "validation/data/h100x4-options-2026-11-26e"}
 CALIBRATION = "validation/calibration-h200x4.json"
 THRESHOLD = 0.05
 FACTOR = 1.5
