@@ -20,7 +20,7 @@ from ddpsim.calibration.file import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
-from ddpsim.ddp.hooks import compress_hook_extra_s
+from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
 from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
@@ -28,7 +28,7 @@ from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.provenance import compute_source
-from ddpsim.scenario.schema import Scenario
+from ddpsim.scenario.schema import DDPSpec, Scenario
 from ddpsim.topology import Topology, build_topology
 from ddpsim.topology.link_kinds import link_class_of_type
 from ddpsim.workload.model import Workload
@@ -85,20 +85,15 @@ def prepare(scenario: Scenario) -> Prepared:
     measured_in = workload.measured.source if workload.measured is not None else None
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency),
                **calibrated.sources}
-    if measured_in is not None and scenario.cluster.world_size > 1:
-        extra = workload.ddp_world1_extra_s
-        variant = "gbv" if scenario.ddp.gradient_as_bucket_view else "none"
-        sources["DDP's per-rank work"] = (
-            f"profile {measured_in}: DDP at world size 1 added {extra.get(variant, extra.get('none', 0.0)) * 1e3:.2f} ms "
-            "to the plain step (measured)" if extra else
-            "not measured (the profile has no world-size-1 DDP timing): only the bucket copies are priced")
+    if scenario.cluster.world_size > 1:
+        sources["DDP's per-rank work"] = _per_rank_source(scenario, workload, gpu, measured_in)
         if scenario.ddp.comm_hook != "none":
             # the profile's world-size-1 DDP with the hook is recorded but not used: 20 steps at one cap
             # leave a few ms of noise against a hook cost of about 2 ms per step (on the fifth 4 x H100
             # allocation, h100x4-options-2026-11-26e, using it gave 7.4% mean error against 7.0% without)
             sources["compress hook on the backward thread"] = (
-                "overheads.hook_cpu plus ddpsim.ddp.hooks' 360 us per bucket, measured on one 2 x H100 host, not "
-                "on this machine")
+                f"overheads.hook_cpu ({scenario.overheads.hook_cpu_s * 1e6:.0f} us) plus ddpsim.ddp.hooks' "
+                f"{COMPRESS_HOOK_EXTRA_S * 1e6:.0f} us per bucket, measured on one 2 x H100 host, not on this machine")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
@@ -129,6 +124,42 @@ def _option_costs(prep: Prepared) -> OptionCosts:
                         _copy_bandwidth_Bps(prep.scenario, prep.gpu), prep.gpu.kernel_launch_s)
 
 
+def _world1_extra_s(workload: Workload, ddp: DDPSpec) -> tuple[float | None, str]:
+    """The profile's world-size-1 DDP excess for this run's variant, and which measurement it is (a
+    profile without a gradient_as_bucket_view row gives the plain one, and says so)."""
+    extra = workload.ddp_world1_extra_s
+    variant = "gbv" if ddp.gradient_as_bucket_view else "none"
+    cap = f"cap {workload.ddp_world1_cap_mb:g} MB" if workload.ddp_world1_cap_mb is not None else "its cap"
+    if variant in extra:
+        return extra[variant], f"{'gradient_as_bucket_view' if variant == 'gbv' else 'plain DDP'}, {cap}"
+    if "none" in extra:
+        return extra["none"], f"plain DDP, {cap} (the profile has no gradient_as_bucket_view row)"
+    return None, ""
+
+
+def _copies_s(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[tuple[float, ...], float]:
+    """The bucket copies of one step on a communicating rank: copy-in per gradient, copy-out in total
+    (mul_out into the bucket view when each gradient's hook fires, then back: read + write each time)."""
+    if scenario.cluster.world_size == 1 or scenario.ddp.gradient_as_bucket_view:
+        return tuple(0.0 for _ in workload.params), 0.0
+    copy_Bps = _copy_bandwidth_Bps(scenario, gpu)
+    copy_in = tuple(2 * p.bytes / copy_Bps + gpu.kernel_launch_s for p in workload.params)
+    return copy_in, sum(copy_in)
+
+
+def _per_rank_source(scenario: Scenario, workload: Workload, gpu: GPUSpec, measured_in: str | None) -> str:
+    measured_s, which = _world1_extra_s(workload, scenario.ddp)
+    if measured_s is None:
+        where = ("the profile has no world-size-1 DDP timing" if measured_in is not None
+                 else "compute is estimated, not profiled")
+        return f"not measured ({where}): only the bucket copies are priced"
+    copy_in, copy_out = _copies_s(scenario, workload, gpu)
+    charged_s = max(0.0, measured_s - sum(copy_in) - copy_out)
+    return (f"profile {measured_in}: DDP at world size 1 added {measured_s * 1e3:.2f} ms to the plain step "
+            f"({which}; measured); {charged_s * 1e3:.2f} ms of it charged on the gradients' hooks, the rest is "
+            "the bucket copies priced here")
+
+
 def _reducer_per_param_s(prep: Prepared, modelled_copies_s: float) -> float:
     """DDP's own per-rank work per gradient hook, where the profile measured it: DDP at world size 1
     on the profiled machine (``Workload.ddp_world1_extra_s``: the reducer's autograd hooks, bucket copies
@@ -137,11 +168,9 @@ def _reducer_per_param_s(prep: Prepared, modelled_copies_s: float) -> float:
     delays every backward kernel behind it: the same 4 x H100 model ran its DDP step 1.3-1.9x slower on
     a slower host (validation/data/h100x4-options-2026-11-26b), and world-size-1 DDP measured 10 ms of
     it for mlp-ln-64 (h100x4-options-2026-11-26c). Without the measurement: 0 (nothing assumed)."""
-    extra = prep.workload.ddp_world1_extra_s
-    if prep.scenario.cluster.world_size == 1 or not extra:
+    measured_s, _ = _world1_extra_s(prep.workload, prep.scenario.ddp)
+    if prep.scenario.cluster.world_size == 1 or measured_s is None:
         return 0.0
-    variant = "gbv" if prep.scenario.ddp.gradient_as_bucket_view else "none"
-    measured_s = extra.get(variant, extra.get("none", 0.0))
     return max(0.0, measured_s - modelled_copies_s) / max(1, len(prep.workload.params))
 
 
@@ -149,16 +178,9 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     scenario, workload, gpu = prep.scenario, prep.workload, prep.gpu
     world = scenario.cluster.world_size
     ddp, overheads = scenario.ddp, scenario.overheads
-    params = workload.params
     copy_Bps = _copy_bandwidth_Bps(scenario, gpu)
     communicating = world > 1
-    if communicating and not ddp.gradient_as_bucket_view:
-        # mul_out into the bucket view when each gradient's hook fires: read grad + write bucket
-        copy_in = tuple(2 * p.bytes / copy_Bps + gpu.kernel_launch_s for p in params)
-        copy_out = sum(2 * p.bytes / copy_Bps + gpu.kernel_launch_s for p in params)
-    else:
-        copy_in = tuple(0.0 for _ in params)
-        copy_out = 0.0
+    copy_in, copy_out = _copies_s(scenario, workload, gpu)
     hooked = communicating and ddp.comm_hook != "none"
     cast_in = tuple(
         (b.grad_bytes + b.wire_bytes) / copy_Bps + 2 * gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
@@ -166,11 +188,11 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
     cast_out = tuple(
         (b.grad_bytes + b.wire_bytes) / copy_Bps + gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
     )
-    param_hook_s = _option_costs(prep).per_param_s + _reducer_per_param_s(prep, sum(copy_in) + copy_out)
+    options = _option_costs(prep)
+    param_hook_s = options.per_param_s + _reducer_per_param_s(prep, sum(copy_in) + copy_out)
     pre_forward = 0.0
     if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
         pre_forward += allreduce_time_s(workload.buffer_bytes) + overheads.buffer_sync_s
-    options = _option_costs(prep)
     return StepCosts(
         forward_s=prep.compute.forward_s,
         backward_segments=prep.compute.backward_segments,

@@ -213,3 +213,13 @@ def test_each_run_is_predicted_from_its_own_campaigns_profile():
     forwards = {campaign: json.load(open(p))["forward_s"]
                 for (campaign, model), p in measured.profiles.paths.items() if model == "bert-large"}
     assert len(set(forwards.values())) == 2
+
+
+@pytest.mark.parametrize("command", ["validate", "calibrate"])
+def test_the_fixed_stretch_and_the_idle_start_wait_exclude_each_other(command, capsys):
+    # the wait replaces the stretch: asking for both is a usage error (exit 2), not a silent mixture
+    argv = [command, os.path.join(DATA, "h200x4-2026-11-26"), "--fix-measured-stretch", "--idle-start-wait"]
+    if command == "calibrate":
+        argv += ["--out", os.devnull]
+    assert main(argv) == 2
+    assert "not allowed with argument" in capsys.readouterr().err

@@ -48,7 +48,9 @@ def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_pat
     assert "nic_bandwidth" not in network
     intra = sources["intra-node link"]
     assert "latency 3.0 us" in intra and "bandwidth" not in intra.split("defaults")[1]
-    assert sources["DDP overheads"].startswith("ddpsim's defaults") and "has no overheads" in sources["DDP overheads"]
+    overheads = sources["DDP overheads"]
+    assert overheads.startswith("ddpsim's defaults") and "bucket_launch (40.0 us, fitted on 4 x H200 NVLink)" in overheads
+    assert "copy_bandwidth (70% of the GPU's memory bandwidth)" in overheads and "comm_slowdown (1, no effect)" in overheads
     assert "compute_efficiency 0.5, the H100 catalog's default, not measured" in sources["compute"]
 
 

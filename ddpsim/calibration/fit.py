@@ -20,7 +20,6 @@ import numpy as np
 from ddpsim.calibration.curvefit import (
     PROTOCOL_NAMES,
     UNBOUNDED_BPS,
-    ProtocolFit,
     envelope_s,
     fit_nonnegative,
     fit_protocol_rows,
@@ -59,7 +58,7 @@ FITTED_TERMS: dict[str, tuple[float, float]] = {
 # mlp-heavy +0.13 ms): a wait per idle start (the other ranks arriving), not a factor on every call.
 # Slowdown while backward compute runs beside it stays ``comm_slowdown`` (it acts only then).
 # Leave-one-model-out on that campaign: NVLink 23.7% -> 13.6% mean (73.7 -> 45.4 max), but shm
-# 4.5 -> 8.3% and sockets 12.1 -> 14.7%, hence not the default.
+# 4.5 -> 7.1% and sockets 12.1 -> 14.9% (validation/reports/idle-start-wait), hence not the default.
 IDLE_WAIT_TERMS: dict[str, tuple[float, float]] = {
     **{n: r for n, r in FITTED_TERMS.items() if n != "allreduce_stretch"},
     "idle_start_wait_s": (0.0, 5e-3),  # an all-reduce started on an idle stream waiting for the other ranks
@@ -79,7 +78,7 @@ NO_EFFECT: dict[str, Any] = {
 _AT_BOUND = 1e-3  # share of a term's range within which a fitted value counts as sitting on its bound
 
 
-def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False) -> dict[str, Any]:
+def fit_link_class(samples: Sequence[AllReduceSample]) -> dict[str, Any]:
     """One link class's entry of the calibration file, with the fit's own errors on its samples."""
     used = [s for s in samples if s.bytes >= MIN_FIT_BYTES]
     if len(used) < 3:
@@ -90,15 +89,9 @@ def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False
     floor_s = fits.pop("floor").base_s
     fits = _named_by_nccl_log(fits, used)
     chosen = {envelope_s(fits, s.bytes, s.world_size)[1] for s in used}
-    # Per-protocol curves replace the envelope only where asked (not yet for one-node classes: on the
-    # 1x4 sweeps LL128 ran at two sizes only, and NCCL's table then picks it at 4-8 MiB on a curve
-    # the envelope named, 35x too slow in the DDP check; the network fit has its own structure)
-    by_log = by_protocol and all(s.nccl_protocol for s in used)
-    if by_log:
-        # NCCL's log names every row's protocol: each curve fitted on its own rows (the envelope only
-        # gave the floor); a protocol with too few sizes of its own keeps the envelope's curve
-        fits = {**fits, **_fits_by_logged_protocol(used)}
-        chosen = {s.nccl_protocol for s in used if s.nccl_protocol}
+    # One-node classes keep the envelope: on the 1x4 sweeps LL128 ran at two sizes only, and curves
+    # fitted per logged protocol priced it 35x too slow at 4-8 MiB in the DDP check; the network across
+    # nodes has its own per-protocol fit with NCCL's latency structure (_network_entry)
     reference_Bps = max(fits[p].busbw_Bps for p in chosen)
     if link_class not in LINK_CLASSES:
         raise ScenarioError(
@@ -125,11 +118,10 @@ def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False
         protocols=tuple(p for p in PROTOCOL_NAMES if p in ran) if ran else PROTOCOL_NAMES,
         nccl_tuning=_logged_tuning(used),
     )
-    # the fit's own error: per logged protocol where each curve was fitted on its rows, else the envelope
-    # (an envelope curve is named after the protocol NCCL ran most where it is fastest, and prices
-    # nothing else: a Simple curve fitted on 1 GiB rows says nothing of an 8 KiB row NCCL ran on Simple)
-    errors = [abs((_fitted_time_s(fits, s, floor_s) if by_log else envelope_s(fits, s.bytes, s.world_size, floor_s)[0])
-                  / s.time_s - 1) * 100 for s in used]
+    # the fit's own error is its envelope's: a curve is named after the protocol NCCL ran most where it
+    # is the fastest and prices nothing else (a Simple curve fitted on 1 GiB rows says nothing of an
+    # 8 KiB row NCCL ran on Simple)
+    errors = [abs(envelope_s(fits, s.bytes, s.world_size, floor_s)[0] / s.time_s - 1) * 100 for s in used]
     return {
         "bandwidth_Bps": reference_Bps,
         "latency_s": min(hops[p] for p in chosen),
@@ -145,7 +137,7 @@ def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False
         },
         "samples": len(used),
         # where the names and the enabled protocols came from: the tool says when it did not know
-        "curves_fitted": "per protocol on the rows NCCL's log names" if by_log else "lower envelope of three curves",
+        "curves_fitted": "lower envelope of three curves",
         "protocols_from": "NCCL's log in the sweeps" if ran else
                           "no NCCL log: curves named in bandwidth order, every protocol left enabled (NCCL's default)",
         "world_sizes": sorted({s.world_size for s in used}),
@@ -156,25 +148,6 @@ def fit_link_class(samples: Sequence[AllReduceSample], by_protocol: bool = False
 
 
 MIN_PROTOCOL_SIZES = 3  # distinct sizes a protocol's own rows need for a curve of its own
-
-
-def _fits_by_logged_protocol(samples: Sequence[AllReduceSample]) -> dict[str, ProtocolFit]:
-    """Per protocol NCCL's log names, its ring curve fitted on its rows alone (``fit_protocol_rows``)."""
-    out = {}
-    for protocol in PROTOCOL_NAMES:
-        rows = [s for s in samples if s.nccl_protocol == protocol]
-        if len({s.bytes for s in rows}) >= MIN_PROTOCOL_SIZES:
-            out[protocol] = fit_protocol_rows([s.bytes for s in rows], [s.world_size for s in rows],
-                                              [s.time_s for s in rows])
-    return out
-
-
-def _fitted_time_s(fits: dict[str, ProtocolFit], sample: AllReduceSample, floor_s: float) -> float:
-    """The fit's time for a sample: the curve of the protocol NCCL ran where its log says, else the
-    envelope's fastest."""
-    if sample.nccl_protocol in fits:
-        return max(floor_s, fits[sample.nccl_protocol].time_s(sample.bytes, sample.world_size))
-    return envelope_s(fits, sample.bytes, sample.world_size, floor_s)[0]
 
 
 def _logged_tuning(samples: Sequence[AllReduceSample]) -> NcclTuning | None:

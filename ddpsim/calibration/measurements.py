@@ -357,6 +357,3 @@ class Profiles:
         """The profile of the run's model from the run's own campaign (None if it has none)."""
         campaign = os.path.dirname(os.path.abspath(str(run.get("_source", ""))))
         return self.paths.get((campaign, str(run["model"])))
-
-    def __bool__(self) -> bool:
-        return bool(self.paths)

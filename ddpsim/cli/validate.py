@@ -385,10 +385,13 @@ def register(sub) -> None:
     cal.add_argument("--calibration-caps", default="5,50",
                      help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
-    cal.add_argument("--fix-measured-stretch", action="store_true",
-                     help="take the all-reduce stretch measured from per-bucket traces instead of fitting it")
-    cal.add_argument("--idle-start-wait", action="store_true",
-                     help="fit a wait per all-reduce started on an idle NCCL stream instead of the all-reduce stretch")
+    # the wait replaces the stretch: the two ways of pricing it exclude each other
+    cal_stretch = cal.add_mutually_exclusive_group()
+    cal_stretch.add_argument("--fix-measured-stretch", action="store_true",
+                             help="take the all-reduce stretch measured from per-bucket traces instead of fitting it")
+    cal_stretch.add_argument("--idle-start-wait", action="store_true",
+                             help="fit a wait per all-reduce started on an idle NCCL stream instead of the "
+                                  "all-reduce stretch")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
@@ -400,9 +403,10 @@ def register(sub) -> None:
     val.add_argument("--calibration-caps", default="5,50",
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
-    val.add_argument("--fix-measured-stretch", action="store_true",
-                     help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
-    val.add_argument("--idle-start-wait", action="store_true",
+    val_stretch = val.add_mutually_exclusive_group()
+    val_stretch.add_argument("--fix-measured-stretch", action="store_true",
+                             help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
+    val_stretch.add_argument("--idle-start-wait", action="store_true",
                      help="with --cross: each fold fits a wait per all-reduce started on an idle NCCL stream "
                           "instead of the all-reduce stretch")
     val.add_argument("--normalise-launches", action="store_true",

@@ -191,7 +191,7 @@ def rank_step(
         for _ in buckets:
             bucket = yield launched.get()
             # per-bucket traces (h200x4-2026-11-26, cap 25, 4 GPUs): an all-reduce that starts on an idle
-            # stream ran 0.6-2.4 ms (NVLink) and 1.6-4.3 ms (shm) past its time alone, one queued behind
+            # stream ran 0.24-2.4 ms (NVLink) and 0.5-4.3 ms (shm) past its time alone, one queued behind
             # the previous bucket 0-0.2 ms (shm) and ~0.1 ms (NVLink, after backward): the ranks' arrival
             # at a collective is paid once per idle start, never again while the stream stays busy
             idle_start = env.now <= trace.bucket_launch_s[bucket.index]

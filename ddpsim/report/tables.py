@@ -98,7 +98,7 @@ def summary_table(result: Result, markdown: bool = False, width: int = 100) -> s
     if not markdown:
         # a provenance line names every default it used: wrap it under its own row, not off the terminal
         rows = [(name if i == 0 else "", line) for name, value in rows
-                for i, line in enumerate(textwrap.wrap(value, width) or [""])]
+                for i, line in enumerate(textwrap.wrap(value, width, break_on_hyphens=False, break_long_words=False) or [""])]
     return table(("quantity", "value"), rows, markdown, numbers_right=False)
 
 

@@ -52,11 +52,32 @@ def inter_node_source(scenario: Scenario) -> str:
     }, "nothing measured them")
 
 
+# where each overhead default comes from (OverheadSpec's docs say the same)
+_OVERHEAD_DEFAULT_ORIGIN = {
+    "bucket_launch": "fitted on 4 x H200 NVLink",
+    "compute_slowdown": "fitted on 4 x H200 NVLink",
+    "hook_cpu": "measured on 4 x H200",
+    "copy_bandwidth": "70% of the GPU's memory bandwidth",
+}
+
+
+def _overhead_text(scenario: Scenario, key: str) -> str:
+    name = next(n for n, fs in field_specs(OverheadSpec) if fs.key == key)
+    value = getattr(scenario.overheads, name)
+    if value is None:  # no number: the default is a rule (copy bandwidth) or "never" (in-flight limit)
+        return _OVERHEAD_DEFAULT_ORIGIN.get(key, "never blocks")
+    if name.endswith("_Bps"):
+        text = bandwidth_text(value)
+    elif name.endswith("_s"):
+        text = format_time(value)
+    else:
+        text = f"{value:g}"
+    return f"{text}, {_OVERHEAD_DEFAULT_ORIGIN.get(key, 'no effect')}"
+
+
 def overheads_source(scenario: Scenario) -> str:
-    defaults_are = "fitted on 4 x H200 NVLink, not on this cluster"
-    if all(f"overheads.{key}" in scenario.defaulted_fields for key in OVERHEAD_KEYS):
-        return f"ddpsim's defaults ({defaults_are}): scenario {scenario.source} has no overheads"
-    return values_source(scenario, {f"overheads.{key}": "" for key in OVERHEAD_KEYS}, defaults_are)
+    values = {f"overheads.{key}": f"({_overhead_text(scenario, key)})" for key in OVERHEAD_KEYS}
+    return values_source(scenario, values, "not fitted on this cluster")
 
 
 def compute_source(scenario: Scenario, measured_in: str | None, model: str, gpu_name: str,

@@ -97,6 +97,7 @@ class Workload:
     # (reducer hooks, bucket copies and launches, a hook's own work), measured with nothing on a link;
     # empty when the profile did not measure it.
     ddp_world1_extra_s: dict[str, float] = field(default_factory=dict)
+    ddp_world1_cap_mb: float | None = None  # the bucket cap of that measurement (median of its rows)
 
     @property
     def unused_params(self) -> tuple[int, ...]:

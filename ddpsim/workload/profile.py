@@ -80,6 +80,13 @@ def _ddp_world1_extra_s(root: _Fields, plain_step_s: float) -> dict[str, float]:
     return {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
 
 
+def _ddp_world1_cap_mb(root: _Fields) -> float | None:
+    """The bucket cap the world-size-1 DDP rows were measured at (their median), or None."""
+    caps = [float(r["bucket_cap_mb"]) for r in root.data.get("ddp_world1") or []
+            if isinstance(r, dict) and r.get("status", "ok") == "ok" and isinstance(r.get("bucket_cap_mb"), int | float)]
+    return float(median(caps)) if caps else None
+
+
 def load_profile(path: str) -> Workload:
     """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
     (``file=path``, ``field="params[3].numel"``)."""
@@ -175,6 +182,7 @@ def load_profile(path: str) -> Workload:
         buffer_bytes=int(buffers),
         measured=measured,
         ddp_world1_extra_s=_ddp_world1_extra_s(root, forward_s + backward_s + optimizer_s),
+        ddp_world1_cap_mb=_ddp_world1_cap_mb(root),
         notes=tuple(notes),
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",

@@ -916,8 +916,11 @@ def _profile_main(a, models, batch_sizes, t_start):
                 prof["status"] = "ok"
                 prof["model_source"] = spec.source
                 if ddp_caps:
-                    prof["ddp_world1"] = ddp_world1(spec, device, ddp_caps, steps=a.profile_iters,
-                                                    warmup=2 if a.quick else 3)
+                    try:  # the profile above stands whatever happens here (a process group that will not start)
+                        prof["ddp_world1"] = ddp_world1(spec, device, ddp_caps, steps=a.profile_iters,
+                                                        warmup=2 if a.quick else 3)
+                    except Exception as e:  # noqa: BLE001
+                        prof["ddp_world1_error"] = repr(e)[:300]
                 default_bs = MODELS[name].batch_size if name in MODELS else None
                 stem = file_stem(name, spec.batch_size, default_bs if default_bs is not None else spec.batch_size)
                 write_json(os.path.join(a.out, "profiles", stem + ".json"), prof)
