@@ -377,6 +377,17 @@ def _cap_curves(v, path: str) -> None:
         cap_curves_png(path, panels)
 
 
+def _add_stretch_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
+    """How an all-reduce inside DDP is priced beyond its time alone; the wait replaces the stretch, so
+    the two flags exclude each other (asking for both is a usage error, exit 2)."""
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--fix-measured-stretch", action="store_true",
+                       help=f"{prefix}take the all-reduce stretch measured from per-bucket traces instead of fitting it")
+    group.add_argument("--idle-start-wait", action="store_true",
+                       help=f"{prefix}fit a wait per all-reduce started on an idle NCCL stream instead of the "
+                            "all-reduce stretch")
+
+
 def register(sub) -> None:
     cal = sub.add_parser("calibrate", help="fit link and DDP overhead parameters from measurements")
     cal.add_argument("data_dir", nargs="?", help="folder with the harness's allreduce.jsonl, ddp_runs.jsonl, profiles/")
@@ -385,13 +396,7 @@ def register(sub) -> None:
     cal.add_argument("--calibration-caps", default="5,50",
                      help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
-    # the wait replaces the stretch: the two ways of pricing it exclude each other
-    cal_stretch = cal.add_mutually_exclusive_group()
-    cal_stretch.add_argument("--fix-measured-stretch", action="store_true",
-                             help="take the all-reduce stretch measured from per-bucket traces instead of fitting it")
-    cal_stretch.add_argument("--idle-start-wait", action="store_true",
-                             help="fit a wait per all-reduce started on an idle NCCL stream instead of the "
-                                  "all-reduce stretch")
+    _add_stretch_flags(cal, "")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
@@ -403,12 +408,7 @@ def register(sub) -> None:
     val.add_argument("--calibration-caps", default="5,50",
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
-    val_stretch = val.add_mutually_exclusive_group()
-    val_stretch.add_argument("--fix-measured-stretch", action="store_true",
-                             help="with --cross: each fold takes the all-reduce stretch its per-bucket traces measured")
-    val_stretch.add_argument("--idle-start-wait", action="store_true",
-                     help="with --cross: each fold fits a wait per all-reduce started on an idle NCCL stream "
-                          "instead of the all-reduce stretch")
+    _add_stretch_flags(val, "with --cross: each fold: ")
     val.add_argument("--normalise-launches", action="store_true",
                      help="divide each launch's measured steps by its level against other launches of the same "
                           "reference configuration (the harness's --reference)")
