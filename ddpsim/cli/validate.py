@@ -243,6 +243,8 @@ def _option_rows(v) -> list[dict]:
 def _validation_text(v, table, markdown: bool = False) -> str:
     lines = []
     held = v.held_out()
+    # every campaign names its launches alike ("nvlink_w4_0"): with several, the campaign says which
+    several = len({r.host for r in held}) > 1
     rows = [
         (
             r.model,
@@ -250,7 +252,7 @@ def _validation_text(v, table, markdown: bool = False) -> str:
             r.link_class if r.nodes == 1 else f"{r.transport}, {r.nodes} nodes",
             r.world_size,
             f"{r.bucket_cap_mb:g}",
-            r.fold or r.launch_id,
+            r.fold or (f"{r.host}/{r.launch_id}" if several else r.launch_id),
             f"{r.measured_s * 1e3:.2f}",
             f"{r.predicted_s * 1e3:.2f}",
             f"{r.error_pct:+.1f}",
