@@ -236,4 +236,5 @@ def test_ddp_world1_times_the_reducer_on_one_rank():
     assert [r["variant"] for r in ok] == ["none", "gbv", "fp16"] and all(r["step_s"] > 0 and r["steps"] == 3 for r in ok)
     # torch's bf16 hook needs NCCL: on gloo the row says why instead of stopping the profile
     assert rows[3]["status"] == "failed" and "BF16" in rows[3]["error"]
+    assert rows[0]["nosync_step_s"] > 0 and "nosync_step_s" not in rows[1]  # no_sync micro-steps of plain DDP
     torch.distributed.destroy_process_group()
