@@ -28,7 +28,7 @@ from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.provenance import compute_source
-from ddpsim.scenario.schema import DDPSpec, Scenario
+from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
 from ddpsim.topology.link_kinds import link_class_of_type
 from ddpsim.workload.model import Workload
@@ -124,19 +124,6 @@ def _option_costs(prep: Prepared) -> OptionCosts:
                         _copy_bandwidth_Bps(prep.scenario, prep.gpu), prep.gpu.kernel_launch_s)
 
 
-def _world1_extra_s(workload: Workload, ddp: DDPSpec) -> tuple[float | None, str]:
-    """The profile's world-size-1 DDP excess for this run's variant, and which measurement it is (a
-    profile without a gradient_as_bucket_view row gives the plain one, and says so)."""
-    extra = workload.ddp_world1_extra_s
-    variant = "gbv" if ddp.gradient_as_bucket_view else "none"
-    cap = f"cap {workload.ddp_world1_cap_mb:g} MB" if workload.ddp_world1_cap_mb is not None else "its cap"
-    if variant in extra:
-        return extra[variant], f"{'gradient_as_bucket_view' if variant == 'gbv' else 'plain DDP'}, {cap}"
-    if "none" in extra:
-        return extra["none"], f"plain DDP, {cap} (the profile has no gradient_as_bucket_view row)"
-    return None, ""
-
-
 def _copies_s(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[tuple[float, ...], float]:
     """The bucket copies of one step on a communicating rank: copy-in per gradient, copy-out in total
     (mul_out into the bucket view when each gradient's hook fires, then back: read + write each time)."""
@@ -147,31 +134,47 @@ def _copies_s(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[tup
     return copy_in, sum(copy_in)
 
 
+@dataclass(frozen=True)
+class _ReducerCharge:
+    """DDP's own per-rank work where the profile measured it: DDP at world size 1 on the profiled
+    machine (``Workload.ddp_world1_extra_s``: the reducer's autograd hooks, bucket copies and
+    launches, with nothing on a link) over the plain step; what is charged on the gradients' hooks
+    is that less the copies priced here already. On a launch-bound model this host work delays every
+    backward kernel behind it: the same 4 x H100 model ran its DDP step 1.3-1.9x slower on a slower
+    host (validation/data/h100x4-options-2026-11-26b), and world-size-1 DDP measured 10 ms of it for
+    mlp-ln-64 (h100x4-options-2026-11-26c)."""
+
+    measured_s: float
+    charged_s: float
+    which: str  # the variant and cap measured (a profile without a gbv row gives the plain one, and says so)
+
+
+def _reducer_charge(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> _ReducerCharge | None:
+    """None without the measurement (nothing assumed) or at world size 1 (no DDP simulated)."""
+    extra, gbv = workload.ddp_world1_extra_s, scenario.ddp.gradient_as_bucket_view
+    cap = f"cap {workload.ddp_world1_cap_mb:g} MB" if workload.ddp_world1_cap_mb is not None else "its cap"
+    if scenario.cluster.world_size == 1:
+        return None
+    if gbv and "gbv" in extra:
+        measured_s, which = extra["gbv"], f"gradient_as_bucket_view, {cap}"
+    elif "none" in extra:
+        measured_s, which = extra["none"], f"plain DDP, {cap}" + (
+            " (the profile has no gradient_as_bucket_view row)" if gbv else "")
+    else:
+        return None
+    copy_in, copy_out = _copies_s(scenario, workload, gpu)
+    return _ReducerCharge(measured_s, max(0.0, measured_s - sum(copy_in) - copy_out), which)
+
+
 def _per_rank_source(scenario: Scenario, workload: Workload, gpu: GPUSpec, measured_in: str | None) -> str:
-    measured_s, which = _world1_extra_s(workload, scenario.ddp)
-    if measured_s is None:
+    charge = _reducer_charge(scenario, workload, gpu)
+    if charge is None:
         where = ("the profile has no world-size-1 DDP timing" if measured_in is not None
                  else "compute is estimated, not profiled")
         return f"not measured ({where}): only the bucket copies are priced"
-    copy_in, copy_out = _copies_s(scenario, workload, gpu)
-    charged_s = max(0.0, measured_s - sum(copy_in) - copy_out)
-    return (f"profile {measured_in}: DDP at world size 1 added {measured_s * 1e3:.2f} ms to the plain step "
-            f"({which}; measured); {charged_s * 1e3:.2f} ms of it charged on the gradients' hooks, the rest is "
-            "the bucket copies priced here")
-
-
-def _reducer_per_param_s(prep: Prepared, modelled_copies_s: float) -> float:
-    """DDP's own per-rank work per gradient hook, where the profile measured it: DDP at world size 1
-    on the profiled machine (``Workload.ddp_world1_extra_s``: the reducer's autograd hooks, bucket copies
-    and launches, with nothing on a link) over the plain step, less the copies modelled here already,
-    spread over the gradients' hooks on the backward thread. On a launch-bound model this host work
-    delays every backward kernel behind it: the same 4 x H100 model ran its DDP step 1.3-1.9x slower on
-    a slower host (validation/data/h100x4-options-2026-11-26b), and world-size-1 DDP measured 10 ms of
-    it for mlp-ln-64 (h100x4-options-2026-11-26c). Without the measurement: 0 (nothing assumed)."""
-    measured_s, _ = _world1_extra_s(prep.workload, prep.scenario.ddp)
-    if prep.scenario.cluster.world_size == 1 or measured_s is None:
-        return 0.0
-    return max(0.0, measured_s - modelled_copies_s) / max(1, len(prep.workload.params))
+    return (f"profile {measured_in}: DDP at world size 1 added {charge.measured_s * 1e3:.2f} ms to the plain step "
+            f"({charge.which}; measured); {charge.charged_s * 1e3:.2f} ms of it charged on the gradients' hooks, "
+            "the rest is the bucket copies priced here")
 
 
 def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
@@ -189,7 +192,8 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         (b.grad_bytes + b.wire_bytes) / copy_Bps + gpu.kernel_launch_s if hooked else 0.0 for b in prep.buckets
     )
     options = _option_costs(prep)
-    param_hook_s = options.per_param_s + _reducer_per_param_s(prep, sum(copy_in) + copy_out)
+    charge = _reducer_charge(scenario, workload, gpu)
+    param_hook_s = options.per_param_s + (charge.charged_s / max(1, len(workload.params)) if charge else 0.0)
     pre_forward = 0.0
     if communicating and ddp.broadcast_buffers and workload.buffer_bytes > 0:
         pre_forward += allreduce_time_s(workload.buffer_bytes) + overheads.buffer_sync_s

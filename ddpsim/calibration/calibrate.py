@@ -6,7 +6,6 @@ builds one the same way from the data its held-out part is not in.
 
 from __future__ import annotations
 
-import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -58,14 +57,6 @@ def timing_instrumented(run: dict[str, Any]) -> bool:
 def is_plain(run: dict[str, Any]) -> bool:
     # a record leaves an option out or null (the harness writes comm_hook null for no hook) at its default
     return all(run.get(key) is None or run[key] == default for key, default in DDP_OPTION_DEFAULTS.items())
-
-
-def host_of(run_or_sample: Any) -> str:
-    """The machine a record was measured on: the record's ``host`` if it names one, else its campaign
-    folder (each committed campaign is one machine allocation)."""
-    if isinstance(run_or_sample, dict):
-        return str(run_or_sample.get("host") or os.path.basename(os.path.dirname(run_or_sample["_source"])))
-    return os.path.basename(os.path.dirname(os.path.abspath(run_or_sample.source)))
 
 
 def load_measurements(data_dirs: Sequence[str]) -> Measurements:

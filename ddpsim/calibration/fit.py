@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,7 +26,7 @@ from ddpsim.calibration.curvefit import (
     fit_protocols,
 )
 from ddpsim.calibration.file import SCHEMA, Calibration
-from ddpsim.calibration.measurements import AllReduceSample, Profiles
+from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of, launch_key
 from ddpsim.collectives import ProtocolTable
 from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
@@ -319,16 +319,10 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
         intra_hops, _ = counts[(s.world_size, s.world_size // s.nodes)]
         return base_s[protocol] + intra_hops * intra_hop_s[protocol]
 
-    fits: dict[str, tuple[float, float]] = {}  # protocol -> (net hop s, bus bandwidth B/s)
-    for protocol in PROTOCOL_NAMES:
-        rows = [s for s in used if s.nccl_protocol == protocol]
-        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
-            continue
-        x = fit_nonnegative(
-            [np.array([counts[(s.world_size, s.world_size // s.nodes)][1] for s in rows], dtype=float),
-             np.array([s.bytes * 2 * (s.world_size - 1) / s.world_size for s in rows])],
-            np.array([fixed_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
-        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
+    # protocol -> (net hop s, bus bandwidth B/s)
+    fits = _hop_and_bandwidth_per_protocol(
+        used, hops=lambda s: counts[(s.world_size, s.world_size // s.nodes)][1],
+        volume=lambda s: s.bytes * 2 * (s.world_size - 1) / s.world_size, fixed_s=fixed_s)
     if "simple" not in fits:
         entry["latency_structure"] = "envelope fit (no Simple rows to fit the network's bandwidth on)"
         return entry
@@ -405,7 +399,7 @@ def _one_node_latencies(inside: Sequence[AllReduceSample], intra_table: Protocol
     any rows (no log), the one-node class's table."""
     fitted: dict[str, tuple[float, float]] = {}
     for protocol in PROTOCOL_NAMES:
-        rows = [s for s in inside if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+        rows = _fit_rows(inside, protocol)
         if len({s.bytes for s in rows}) >= MIN_PROTOCOL_SIZES:
             f = fit_protocol_rows([s.bytes for s in rows], [s.world_size for s in rows], [s.time_s for s in rows])
             fitted[protocol] = (f.base_s, f.hop_s)
@@ -446,18 +440,11 @@ def _tree_network_fit(trees: Sequence[AllReduceSample], base_s: dict[str, float]
     def chain_s(s: AllReduceSample, protocol: str) -> float:
         return base_s[protocol] + 2 * (s.world_size // s.nodes - 1) * intra_hop_s[protocol]
 
-    fits: dict[str, tuple[float, float]] = {}  # protocol -> (tree net hop s, NIC bytes/s per direction)
-    rows_used: dict[str, int] = {}
-    for protocol in PROTOCOL_NAMES:
-        rows = [s for s in trees if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
-        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
-            continue
-        x = fit_nonnegative(
-            [np.array([2 * tree_depth(s.nodes) for s in rows], dtype=float),
-             np.array([tree_max_degree(s.nodes) * s.bytes / 2 for s in rows])],
-            np.array([chain_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
-        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
-        rows_used[protocol] = len(rows)
+    # protocol -> (tree net hop s, NIC bytes/s per direction)
+    fits = _hop_and_bandwidth_per_protocol(
+        trees, hops=lambda s: 2 * tree_depth(s.nodes), volume=lambda s: tree_max_degree(s.nodes) * s.bytes / 2,
+        fixed_s=chain_s)
+    rows_used = {p: len(_fit_rows(trees, p)) for p in fits}
     if "simple" not in fits:
         return None
     # the model's NIC for protocol p runs at ring_bus_Bps x efficiency[p]; the factor (in (0, 2],
@@ -478,6 +465,30 @@ def _tree_network_fit(trees: Sequence[AllReduceSample], base_s: dict[str, float]
         "note": "forced-Tree rows: tree network hop and bandwidth per protocol NCCL's log names "
                 "(a protocol with fewer than three sizes takes Simple's)",
     }
+
+
+def _fit_rows(samples: Sequence[AllReduceSample], protocol: str) -> list[AllReduceSample]:
+    return [s for s in samples if s.nccl_protocol == protocol and s.bytes >= MIN_FIT_BYTES]
+
+
+def _hop_and_bandwidth_per_protocol(
+    samples: Sequence[AllReduceSample],
+    hops: Callable[[AllReduceSample], float],
+    volume: Callable[[AllReduceSample], float],
+    fixed_s: Callable[[AllReduceSample, str], float],
+) -> dict[str, tuple[float, float]]:
+    """Per protocol NCCL's log names on at least ``MIN_PROTOCOL_SIZES`` sizes: (hop latency s,
+    bandwidth B/s) of time = fixed + hops x hop + volume / bandwidth, fitted non-negative on that
+    protocol's own rows (``fit_nonnegative``)."""
+    fits = {}
+    for protocol in PROTOCOL_NAMES:
+        rows = _fit_rows(samples, protocol)
+        if len({s.bytes for s in rows}) < MIN_PROTOCOL_SIZES:
+            continue
+        x = fit_nonnegative([np.array([hops(s) for s in rows], dtype=float), np.array([volume(s) for s in rows])],
+                            np.array([fixed_s(s, protocol) for s in rows]), np.array([s.time_s for s in rows]))
+        fits[protocol] = (float(x[0]), float(1.0 / x[1]) if x[1] > 0 else UNBOUNDED_BPS)
+    return fits
 
 
 def _ring_hops(world_size: int, gpus_per_node: int) -> tuple[int, int]:
@@ -517,7 +528,6 @@ def fit_overheads(
     """
     from dataclasses import replace
 
-    import numpy as np
     from scipy.optimize import least_squares
 
     from ddpsim.calibration.measured_scenarios import run_scenario
@@ -588,8 +598,6 @@ def measure_stretch(
     campaigns A-D gave 1.4 to 2.2 on NVLink and 1.0 to 1.1 on shared memory and sockets."""
     from statistics import median
 
-    import numpy as np
-
     from ddpsim.calibration.measured_scenarios import run_nodes
 
     # per campaign folder, class and GPU count: size -> the median of its sweeps' times (a folder may
@@ -597,7 +605,7 @@ def measure_stretch(
     sweeps: dict[tuple[str, str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
     for s in samples:
         if s.nodes == 1 and s.algorithm in (None, "ring"):
-            sweeps[(os.path.dirname(os.path.abspath(s.source)), s.link_class, s.world_size)][s.bytes].append(s.time_s)
+            sweeps[(campaign_of(s.source), s.link_class, s.world_size)][s.bytes].append(s.time_s)
 
     def alone_s(key: tuple[str, str, int], size: int) -> float | None:
         rows = sorted((b, median(ts)) for b, ts in sweeps.get(key, {}).items())
@@ -612,7 +620,7 @@ def measure_stretch(
         if not buckets or run_nodes(run) > 1:
             continue
         last = buckets[-1]
-        key = (os.path.dirname(str(run.get("_source", ""))), str(run["transport"]), int(run["world_size"]))
+        key = (campaign_of(str(run.get("_source", ""))), str(run["transport"]), int(run["world_size"]))
         alone = alone_s(key, int(last["bytes"]))
         duration = float(last["end_s"]) - float(last["start_s"])
         if alone and duration > 0:
@@ -625,8 +633,6 @@ def measure_stretch(
 
 def _standard_errors(jac: Any, residuals: Any, names: Sequence[str], span: Any) -> dict[str, float | None]:
     """sqrt(diag(s^2 (J^T J)^-1)) in each term's own unit; None where the runs cannot determine it."""
-    import numpy as np
-
     n_runs, n_terms = jac.shape
     if n_runs <= n_terms:
         return {n: None for n in names}
@@ -668,13 +674,12 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
             for r in group
             if r.get("step_s_p10") and r.get("step_s_p90") and r["step_s_p90"] >= r["step_s_p10"] > 0
         ]
-        configs: dict[tuple[Any, ...], dict[tuple[str, str], float]] = defaultdict(dict)
+        configs: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
         for r in group:
             key = (r["model"], r["world_size"], float(r["bucket_cap_mb"]), r.get("variant"), r.get("comm_hook"),
                    r.get("nodes", 1))
             # launches are named per campaign ("nvlink_w4_0" in every one): two campaigns' launches are two
-            launch = (os.path.dirname(str(r.get("_source", ""))), str(r.get("launch_id", "")))
-            configs[key].setdefault(launch, float(r["step_s_median"]))
+            configs[key].setdefault(launch_key(r), float(r["step_s_median"]))
         diffs = [
             math.log(a / b)
             for by_launch in configs.values()

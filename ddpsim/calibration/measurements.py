@@ -39,6 +39,26 @@ class AllReduceSample:
     nccl_tuning: NcclTuning | None = field(default=None, compare=False)
 
 
+def campaign_of(source: str) -> str:
+    """The campaign folder of a measured file (the folder of its ``allreduce.jsonl`` or ``ddp_runs.jsonl``):
+    each committed campaign is one machine allocation."""
+    return os.path.dirname(os.path.abspath(source))
+
+
+def host_of(record: dict[str, Any] | AllReduceSample) -> str:
+    """The machine a record was measured on: a run's ``host`` if it names one, else its campaign folder."""
+    if isinstance(record, dict):
+        source = record.get("_source")  # a record built in memory has no file: one unnamed machine
+        return str(record.get("host") or (os.path.basename(campaign_of(source)) if source else ""))
+    return os.path.basename(campaign_of(record.source))
+
+
+def launch_key(record: dict[str, Any] | AllReduceSample) -> str:
+    """One launch: its machine and its id ("nvlink_w4_0" names a launch in every campaign)."""
+    launch_id = record.get("launch_id", "") if isinstance(record, dict) else record.launch_id
+    return f"{host_of(record)}/{launch_id}"
+
+
 def _open_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
@@ -127,7 +147,7 @@ def nccl_log_path(allreduce_path: str, record: dict[str, Any]) -> str | None:
     rank 0's log to ``NCCL_DEBUG_FILE`` (fingerprint.nccl_env) and the campaign commits it trimmed as
     ``logs/<that name without .log>.trimmed.txt`` beside ``allreduce.jsonl``; campaigns without the
     env entry are found by the harness's naming, ``logs/nccl_<launch_id>_r0``."""
-    logs = os.path.join(os.path.dirname(os.path.abspath(allreduce_path)), "logs")
+    logs = os.path.join(campaign_of(allreduce_path), "logs")
     env = ((record.get("fingerprint") or {}).get("nccl_env") or {}).get("NCCL_DEBUG_FILE")
     stems = []
     if isinstance(env, str) and env:
@@ -350,10 +370,9 @@ class Profiles:
         for path in paths:
             model = read_json_object(path, "profile").get("model")
             if isinstance(model, str):
-                found[(os.path.dirname(os.path.dirname(os.path.abspath(path))), model)] = path
+                found[(campaign_of(os.path.dirname(os.path.abspath(path))), model)] = path
         return cls(found)
 
     def for_run(self, run: dict[str, Any]) -> str | None:
         """The profile of the run's model from the run's own campaign (None if it has none)."""
-        campaign = os.path.dirname(os.path.abspath(str(run.get("_source", ""))))
-        return self.paths.get((campaign, str(run["model"])))
+        return self.paths.get((campaign_of(str(run.get("_source", ""))), str(run["model"])))

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, host_of, load_measurements
+from ddpsim.calibration.calibrate import Measurements, calibrate, load_measurements
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
-from ddpsim.calibration.measurements import AllReduceSample, Profiles
+from ddpsim.calibration.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.errors import ScenarioError
 from ddpsim.planning.advisor import pick_cap
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
@@ -55,6 +55,11 @@ class RunRow:
     @property
     def link_class(self) -> str:
         return INTER_NODE_LINK_CLASS if self.nodes > 1 else self.transport
+
+    @property
+    def launch(self) -> str:
+        """Its launch across campaigns (``measurements.launch_key``'s form)."""
+        return f"{self.host}/{self.launch_id}"
 
     @property
     def group(self) -> str:
@@ -341,13 +346,9 @@ def _fold(
     return rows, layouts, fold, skipped
 
 
-def _launch_key(run: dict[str, Any]) -> str:
-    return f"{host_of(run)}/{run.get('launch_id', '')}"
-
-
 _FOLD_KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
     "model": lambda run: str(run["model"]),
-    "launch": _launch_key,
+    "launch": launch_key,
     "host": host_of,
 }
 
@@ -358,7 +359,7 @@ def _sample_key(cross: str, sample: AllReduceSample) -> str | None:
     if cross == "model":
         return None
     if cross == "launch":
-        return f"{host_of(sample)}/{sample.launch_id}"
+        return launch_key(sample)
     return host_of(sample)
 
 
@@ -460,8 +461,7 @@ def launch_levels(runs: Sequence[dict[str, Any]]) -> dict[str, float]:
     references: dict[str, dict[str, float]] = defaultdict(dict)
     for run in runs:
         if run.get("is_reference"):
-            launch = f"{host_of(run)}/{run.get('launch_id', '')}"
-            references[run_label(run)][launch] = float(run["step_s_median"])
+            references[run_label(run)][launch_key(run)] = float(run["step_s_median"])
     levels = {}
     for by_launch in references.values():
         if len(by_launch) >= 2:
@@ -477,7 +477,7 @@ def normalised_by_reference(rows: Sequence[RunRow], runs: Sequence[dict[str, Any
 
     levels = launch_levels(runs)
     return [replace(r, measured_s=r.measured_s / levels[key], launch_level=levels[key])
-            if (key := f"{r.host}/{r.launch_id}") in levels else r for r in rows]
+            if (key := r.launch) in levels else r for r in rows]
 
 
 def launch_drift(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -489,7 +489,7 @@ def launch_drift(runs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 
     by_launch: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
-        by_launch[f"{host_of(run)}/{run.get('launch_id', '')}"].append(run)
+        by_launch[launch_key(run)].append(run)
     out = []
     for launch, group in sorted(by_launch.items()):
         reference = next((r for r in group if r.get("is_reference")), None)

@@ -252,7 +252,7 @@ def _validation_text(v, table, markdown: bool = False) -> str:
             r.link_class if r.nodes == 1 else f"{r.transport}, {r.nodes} nodes",
             r.world_size,
             f"{r.bucket_cap_mb:g}",
-            r.fold or (f"{r.host}/{r.launch_id}" if several else r.launch_id),
+            r.fold or (r.launch if several else r.launch_id),
             f"{r.measured_s * 1e3:.2f}",
             f"{r.predicted_s * 1e3:.2f}",
             f"{r.error_pct:+.1f}",
@@ -322,7 +322,7 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     for fold in v.folds:
         for warning in fold.get("warnings", []):
             lines.append(f"warning (fold {fold['held_out']}): {warning}")
-    levels = sorted({(f"{r.host}/{r.launch_id}", r.launch_level) for r in v.rows if r.launch_level != 1.0})
+    levels = sorted({(r.launch, r.launch_level) for r in v.rows if r.launch_level != 1.0})
     if levels:
         lines.append("measured steps normalised by launch level (reference configuration): "
                      + ", ".join(f"{launch} /{level:.3f}" for launch, level in levels))

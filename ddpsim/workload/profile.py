@@ -58,12 +58,14 @@ def _module_of(name: str) -> str:
 WORLD1_VARIANTS = ("none", "gbv", "fp16", "bf16")  # plain DDP, gradient_as_bucket_view, the compress hooks
 
 
-def _ddp_world1_extra_s(root: _Fields, plain_step_s: float) -> dict[str, float]:
-    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``): the harness's
-    ``ddp_world1`` rows (median over their caps), against the profile's own step. Optional."""
+def _ddp_world1(root: _Fields, plain_step_s: float) -> tuple[dict[str, float], float | None]:
+    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``), and the
+    bucket cap it was measured at: the harness's ``ddp_world1`` rows (medians over their caps),
+    against the profile's own step. Optional: ({}, None) without rows."""
     rows = root.get("ddp_world1", (list,), "a list of {bucket_cap_mb, variant, step_s}", optional=True) or []
     step_s = root.get("step_s", (int, float), "seconds", optional=True) or plain_step_s
     by_variant: dict[str, list[float]] = {}
+    caps: list[float] = []
     for i, raw in enumerate(rows):
         if not isinstance(raw, dict):
             raise root.error(f"ddp_world1[{i}]", "expected an object with bucket_cap_mb, variant, step_s")
@@ -76,15 +78,10 @@ def _ddp_world1_extra_s(root: _Fields, plain_step_s: float) -> dict[str, float]:
         seconds = rec.seconds("step_s")
         assert seconds is not None
         by_variant.setdefault(variant, []).append(seconds - step_s)
+        caps.append(float(rec.get("bucket_cap_mb", (int, float), "MB")))
     # never negative: a world-size-1 DDP step faster than the plain one is the profile's noise, not a gain
-    return {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
-
-
-def _ddp_world1_cap_mb(root: _Fields) -> float | None:
-    """The bucket cap the world-size-1 DDP rows were measured at (their median), or None."""
-    caps = [float(r["bucket_cap_mb"]) for r in root.data.get("ddp_world1") or []
-            if isinstance(r, dict) and r.get("status", "ok") == "ok" and isinstance(r.get("bucket_cap_mb"), int | float)]
-    return float(median(caps)) if caps else None
+    extra = {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
+    return extra, float(median(caps)) if caps else None
 
 
 def load_profile(path: str) -> Workload:
@@ -173,6 +170,7 @@ def load_profile(path: str) -> Workload:
     output_bytes = root.get("output_bytes", (int,), "an integer >= 0", optional=True)
     if output_bytes is not None and output_bytes < 0:
         raise root.error("output_bytes", f"expected an integer >= 0, got {output_bytes}")
+    world1_extra_s, world1_cap_mb = _ddp_world1(root, forward_s + backward_s + optimizer_s)
     return Workload(
         name=model,
         layers=tuple(layers),
@@ -181,8 +179,8 @@ def load_profile(path: str) -> Workload:
         seq_len=seq_len,
         buffer_bytes=int(buffers),
         measured=measured,
-        ddp_world1_extra_s=_ddp_world1_extra_s(root, forward_s + backward_s + optimizer_s),
-        ddp_world1_cap_mb=_ddp_world1_cap_mb(root),
+        ddp_world1_extra_s=world1_extra_s,
+        ddp_world1_cap_mb=world1_cap_mb,
         notes=tuple(notes),
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
