@@ -129,7 +129,7 @@ def calibrate(
             group = [r for r in chosen if run_class(r) == link_class]
             # the measured stretch is reported beside the fit; fixing the fit to it is an option, not
             # the default: it varies between machine allocations (NVLink 1.4 to 2.2), and fixed to other
-            # hosts' value it predicted held-out hosts worse (leave-one-host-out NVLink 13.6% against 7.4%)
+            # hosts' value it predicted held-out hosts worse (leave-one-host-out NVLink 9.6% against 4.8%, validation/reports/fixed-stretch)
             fix = fix_measured_stretch and link_class in stretch
             measured = {"allreduce_stretch": stretch[link_class]["value"]} if fix else None
             overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait)
