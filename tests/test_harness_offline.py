@@ -106,9 +106,30 @@ def test_profile_times_steps_without_the_ready_hooks():
             return loss if name == "loss" else getattr(spec, name)
 
     prof = worker.profile_model(Spied(), torch.device("cpu"), iters=3, warmup=1)
-    assert hooked_per_call == [False, True, False, True, False, True, False]  # warm-up, then clean/hooked pairs
+    # warm-up, then per cycle: clean, hooked, lead (waits after backward), accumulate
+    assert hooked_per_call == [False] + [False, True, False, False] * 3
     assert prof["iterations"] == 3 and prof["backward_s_hooked"] > 0 and 0 < prof["ready_scale"] <= 1
     assert sorted(p["ready_order"] for p in prof["params"]) == list(range(6))
+
+
+def test_profile_accumulate_iterations_add_into_existing_grads():
+    # the accumulate iterations are the only ones whose backward starts with .grad already set
+    spec = models.MODELS["tiny-mlp"]
+    grads_set_per_call = []
+
+    def loss(model, batch):
+        grads_set_per_call.append(all(p.grad is not None for p in model.parameters()))
+        return spec.loss(model, batch)
+
+    class Spied:
+        def __getattr__(self, name):
+            return loss if name == "loss" else getattr(spec, name)
+
+    prof = worker.profile_model(Spied(), torch.device("cpu"), iters=2, warmup=2)
+    assert grads_set_per_call == [False, False] + [False, False, False, True] * 2
+    assert prof["backward_accumulate_s"] > 0 and prof["forward_accumulate_s"] > 0
+    # on the CPU nothing runs asynchronously: the thread never runs ahead of the device
+    assert prof["backward_host_lead_s"] >= 0 and prof["backward_host_s"] > 0 and prof["sync_floor_s"] >= 0
 
 
 def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
@@ -121,6 +142,9 @@ def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
     assert len(rec["step_times_s"]) == 3 and rec["nosync_step_s_median"] > 0
     assert rec["bucket_sizes_bytes"] == [sum(p.numel() * 4 for p in spec.build().parameters())]
     assert sorted(rec["bucket_param_indices"][0]) == list(range(6))
+    assert "backward_host_lead_s" not in rec
+    rec_lead = worker.ddp_run(spec, 25, dev, 1, warmup=1, steps=2, nosync_steps=0, lead_steps=3)
+    assert rec_lead["backward_host_lead_s"] >= 0
     rec2 = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=2, nosync_steps=0, comm_hook="timing")
     pb = rec2["per_bucket"]
     assert pb and pb[0]["index"] == 0 and pb[0]["end_s"] >= pb[0]["launch_s"]
@@ -237,4 +261,5 @@ def test_ddp_world1_times_the_reducer_on_one_rank():
     # torch's bf16 hook needs NCCL: on gloo the row says why instead of stopping the profile
     assert rows[3]["status"] == "failed" and "BF16" in rows[3]["error"]
     assert rows[0]["nosync_step_s"] > 0 and "nosync_step_s" not in rows[1]  # no_sync micro-steps of plain DDP
+    assert rows[0]["backward_host_lead_s"] >= 0 and "backward_host_lead_s" not in rows[1]  # the lead under DDP
     torch.distributed.destroy_process_group()

@@ -119,6 +119,17 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
 
 
 # ============================================================================ (2) profile (world size 1)
+def _sync_floor_s(device, n=20):
+    """What one synchronize costs on an idle device: taken off each measured wait for the GPU."""
+    synchronize(device)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
 def profile_model(spec, device, iters=20, warmup=5):
     """World-size-1 times of one training step, and when each parameter's gradient is ready.
 
@@ -126,7 +137,15 @@ def profile_model(spec, device, iters=20, warmup=5):
     launch-bound model (258 tensors of mlp-ln-64 on an H100) that made the hooked backward ~30%
     slower than the same model's no_sync compute inside DDP. So iterations alternate: clean ones
     (no hooks) give forward, backward, optimizer and step times; hooked ones give the order and the
-    ready times, scaled by clean / hooked backward so that they end where the clean backward ends."""
+    ready times, scaled by clean / hooked backward so that they end where the clean backward ends.
+
+    Two more kinds of iteration measure mechanisms directly. A "lead" iteration waits for the GPU right
+    after ``loss.backward()`` returns: how long it waits is how far the backward thread ran ahead of the
+    GPU (per-bucket traces: ResNet-50's thread is 9-15 ms ahead at its last bucket, GPT-2's and the MLPs'
+    about 0), the slack that host work added on that thread (a comm hook) can use before it delays the
+    GPU. An "accumulate" iteration skips ``zero_grad``: its backward adds into the existing ``.grad``
+    (an add per parameter in AccumulateGrad), what every micro-step after the first pays under
+    gradient accumulation."""
     torch.manual_seed(0)
     with torch.device(device):
         model = spec.build()
@@ -143,20 +162,30 @@ def profile_model(spec, device, iters=20, warmup=5):
         return h
 
     fwd, bwd, optm, step, bwd_hooked = [], [], [], [], []
+    lead, host_bwd, fwd_acc, bwd_acc = [], [], [], []
     ready = [[] for _ in order]
     orders = []
-    for it in range(warmup + 2 * iters):
-        hooked = it % 2 == 1
+    sync_floor_s = _sync_floor_s(device)
+    for it in range(warmup + 4 * iters):
+        kind = ("clean", "hooked", "lead", "accumulate")[(it - warmup) % 4] if it >= warmup else ("clean", "hooked")[it % 2]
+        hooked = kind == "hooked"
         handles = [p.register_post_accumulate_grad_hook(make_hook(i)) for i, (_, p) in enumerate(order)] if hooked else []
         try:
             state["fired"].clear()
             state["ev"].clear()
             m0, m1, m2, m3 = (Marker(device) for _ in range(4))
             m0.record()
-            opt.zero_grad(set_to_none=True)
+            if kind != "accumulate":
+                opt.zero_grad(set_to_none=True)
             loss = spec.loss(model, batch)
             m1.record()  # backward start
+            t0 = time.perf_counter()
             loss.backward()
+            t1 = time.perf_counter()
+            if kind == "lead":
+                synchronize(device)
+                lead.append(max(0.0, time.perf_counter() - t1 - sync_floor_s))
+                host_bwd.append(t1 - t0)
             m2.record()
             opt.step()
             m3.record()
@@ -164,7 +193,11 @@ def profile_model(spec, device, iters=20, warmup=5):
         finally:
             for h in handles:
                 h.remove()
-        if it < warmup:
+        if it < warmup or kind == "lead":
+            continue
+        if kind == "accumulate":
+            fwd_acc.append(m1.seconds_since(m0))
+            bwd_acc.append(m2.seconds_since(m1))
             continue
         if hooked:
             bwd_hooked.append(m2.seconds_since(m1))
@@ -195,6 +228,14 @@ def profile_model(spec, device, iters=20, warmup=5):
            "step_s_p10": quantile(step, 0.1), "step_s_p90": quantile(step, 0.9),
            "iterations": len(step), "warmup": warmup,
            "backward_s_hooked": median(bwd_hooked) if bwd_hooked else None, "ready_scale": ready_scale,
+           "backward_host_lead_s": median(lead) if lead else None,
+           "backward_host_lead_s_p10": quantile(lead, 0.1) if lead else None,
+           "backward_host_lead_s_p90": quantile(lead, 0.9) if lead else None,
+           "backward_host_s": median(host_bwd) if host_bwd else None, "sync_floor_s": sync_floor_s,
+           "forward_accumulate_s": median(fwd_acc) if fwd_acc else None,
+           "backward_accumulate_s": median(bwd_acc) if bwd_acc else None,
+           "backward_accumulate_s_p10": quantile(bwd_acc, 0.1) if bwd_acc else None,
+           "backward_accumulate_s_p90": quantile(bwd_acc, 0.9) if bwd_acc else None,
            "ready_order_stable": all(o == fired for o in orders),
            "optimizer": spec.optimizer, "params": params, "buffers_bytes": buffers_bytes(model),
            "param_bytes": sum(p.numel() * p.element_size() for _, p in order)}
@@ -374,8 +415,10 @@ class Runner:
         self.step_wall_estimate = None
         self.warmup_done = 0
 
-    def _one_step(self, sync=True):
-        """One optimizer step (K micro-batches, the first K-1 under no_sync).  Returns markers and wall time."""
+    def _one_step(self, sync=True, lead_floor_s=None):
+        """One optimizer step (K micro-batches, the first K-1 under no_sync).  Returns markers and wall time.
+        With ``lead_floor_s`` the host waits for the GPU as soon as the last backward returns: the wait
+        (less that floor, one idle synchronize) is how far the backward thread ran ahead of the GPU."""
         K = self.opts["grad_accumulation_steps"]
         d = self.device
         m0, mf, m1, m2, m3 = (Marker(d) for _ in range(5))
@@ -397,6 +440,11 @@ class Runner:
                         self.timer.begin(m1)
                 loss.backward()
                 if last:
+                    lead_s = None
+                    if lead_floor_s is not None:
+                        t1 = time.perf_counter()
+                        synchronize(d)
+                        lead_s = max(0.0, time.perf_counter() - t1 - lead_floor_s)
                     m2.record()
         self.opt.step()
         m3.record()
@@ -404,7 +452,14 @@ class Runner:
         wall = time.perf_counter() - w0
         fwd_start = m0 if K == 1 else mf
         return {"step": m3.seconds_since(m0), "wall": wall, "fwd": m1.seconds_since(fwd_start),
-                "bwd": m2.seconds_since(m1), "opt": m3.seconds_since(m2)}
+                "bwd": m2.seconds_since(m1), "opt": m3.seconds_since(m2), "lead": lead_s}
+
+    def measure_lead(self, n):
+        """Median backward-thread lead over n steps (see ``_one_step``); None for n = 0."""
+        if n <= 0:
+            return None
+        floor_s = _sync_floor_s(self.device)
+        return median([self._one_step(lead_floor_s=floor_s)["lead"] for _ in range(n)])
 
     def run_steps(self, n, sync=True, timed_hook=False):
         res = {"step": [], "fwd": [], "bwd": [], "opt": [], "wall": []}
@@ -520,7 +575,8 @@ class Runner:
             torch.cuda.empty_cache()
 
 
-def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook=None, seed=0, variant=None):
+def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook=None, seed=0, variant=None,
+            lead_steps=0):
     """One configuration measured in one round (the pre-interleaving API; comm_hook='timing' = variant 'timing')."""
     if variant is None:
         variant = "timing" if comm_hook == "timing" else (comm_hook or "none")
@@ -529,7 +585,10 @@ def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook
         r.warmup(warmup)
         r.measure_round(steps, 0, "round", 0, time.perf_counter())
         r.measure_nosync(nosync_steps)
+        lead_s = r.measure_lead(lead_steps)
         rec = r.record()
+        if lead_s is not None:
+            rec["backward_host_lead_s"] = lead_s
     finally:
         r.close()
     return rec
@@ -877,7 +936,12 @@ def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), ste
                 # plain DDP also times no_sync micro-steps: on a slow host they cost more than the plain
                 # profile step (4 x H100 "e": BERT-large +22%), what accumulation's micro-steps pay
                 nosync = steps if variant == "none" else 0
-                rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=nosync, variant=variant)
+                # and how far its backward thread runs ahead of the GPU with DDP's reducer on it: the slack a
+                # comm hook's host work uses up before it delays the GPU (GPT-2 on 4 x H100 "f": 8.6 ms
+                # without DDP, about 0 at the last bucket in DDP's per-bucket traces)
+                lead = steps // 2 if variant == "none" else 0
+                rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=nosync, variant=variant,
+                              lead_steps=lead)
             except Exception as e:  # noqa: BLE001 - e.g. the bf16 hook needs NCCL: recorded, the others go on
                 out.append({"bucket_cap_mb": cap, "variant": variant, "status": "failed", "error": repr(e)[:300]})
                 continue
@@ -885,6 +949,8 @@ def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), ste
                    "step_s_p10": rec["step_s_p10"], "step_s_p90": rec["step_s_p90"], "steps": len(rec["step_times_s"])}
             if nosync:
                 row["nosync_step_s"] = rec["nosync_step_s_median"]
+            if "backward_host_lead_s" in rec:
+                row["backward_host_lead_s"] = rec["backward_host_lead_s"]
             out.append(row)
     return out
 
