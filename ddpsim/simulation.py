@@ -11,7 +11,7 @@ import copy
 import statistics
 import time
 from collections.abc import Generator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import simpy
@@ -93,8 +93,29 @@ def prepare(scenario: Scenario) -> Prepared:
             # allocation, h100x4-options-2026-11-26e, using it gave 7.4% mean error against 7.0% without)
             sources["compress hook on the backward thread"] = (
                 f"overheads.hook_cpu ({scenario.overheads.hook_cpu_s * 1e6:.0f} us) plus ddpsim.ddp.hooks' "
-                f"{COMPRESS_HOOK_EXTRA_S * 1e6:.0f} us per bucket, measured on one 2 x H100 host, not on this machine")
+                f"{COMPRESS_HOOK_EXTRA_S * 1e6:.0f} us per bucket, measured on one 2 x H100 host, not on this machine; "
+                + _lead_source(workload, measured_in))
+    if scenario.ddp.grad_accumulation_steps > 1:
+        sources["accumulation's later micro-steps"] = _accumulate_source(workload, measured_in)
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
+
+
+def _lead_source(workload: Workload, measured_in: str | None) -> str:
+    if workload.backward_host_lead_s is None:
+        return ("the backward thread's lead over the GPU was not measured (the profile has no world-size-1 DDP "
+                "lead): charged in full, as if the backward were host-bound")
+    return (f"the first {workload.backward_host_lead_s * 1e3:.2f} ms of it per step hidden: the backward thread's lead "
+            f"over the GPU under DDP at world size 1 (profile {measured_in}; measured)")
+
+
+def _accumulate_source(workload: Workload, measured_in: str | None) -> str:
+    if workload.backward_accumulate_s is None or workload.measured is None:
+        return ("not measured (the profile has no backward into existing gradients): each micro-step priced "
+                "as the plain forward and backward")
+    factor = accumulate_backward_factor(workload)
+    return (f"profile {measured_in}: backward into existing gradients {workload.backward_accumulate_s * 1e3:.2f} ms "
+            f"against {workload.measured.backward_s * 1e3:.2f} ms after zero_grad (measured); every micro-step "
+            f"after the first takes {factor:.3f}x the backward")
 
 
 def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:
@@ -215,20 +236,34 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
         idle_start_wait_s=overheads.idle_start_wait_s if communicating else 0.0,
+        bucket_cpu_s=overheads.bucket_cpu_s if communicating else 0.0,
         # a registered comm hook is called from Python for every bucket, on the thread running
         # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s); a compress
         # hook's own work on that thread comes on top (ddpsim.ddp.hooks names it and its measurement)
-        bucket_cpu_s=(overheads.bucket_cpu_s
-                      + (overheads.hook_cpu_s + compress_hook_extra_s(ddp.comm_hook) if hooked else 0.0))
-        if communicating else 0.0,
+        hook_thread_s=overheads.hook_cpu_s + compress_hook_extra_s(ddp.comm_hook) if hooked else 0.0,
+        backward_host_lead_s=workload.backward_host_lead_s or 0.0,
     )
+
+
+def accumulate_backward_factor(workload: Workload) -> float:
+    """Backward into existing gradients over backward after ``zero_grad(set_to_none=True)``, as the
+    profile measured both (1 when it did not). Never below 1: AccumulateGrad's add only adds work."""
+    measured = workload.measured
+    if workload.backward_accumulate_s is None or measured is None or measured.backward_s <= 0:
+        return 1.0
+    return max(1.0, workload.backward_accumulate_s / measured.backward_s)
+
+
+def _accumulating(costs: StepCosts, factor: float) -> StepCosts:
+    """The costs of a micro-step whose backward adds into the gradients of the micro-steps before it."""
+    if factor == 1.0:
+        return costs
+    return replace(costs, backward_segments=tuple((d * factor, ready) for d, ready in costs.backward_segments))
 
 
 def _scaled(costs: StepCosts, factor: float) -> StepCosts:
     if factor == 1.0:
         return costs
-    from dataclasses import replace
-
     return replace(
         costs,
         forward_s=costs.forward_s * factor,
@@ -276,6 +311,7 @@ def simulate(scenario: Scenario | Prepared) -> Result:
             yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
 
     base = _base_costs(prep, allreduce_time_s)
+    accumulate_factor = accumulate_backward_factor(prep.workload)
     sim = sc.simulation
     # identical ranks folded, ranks never the slowest dropped (ddpsim.ddp.fold says what is exact)
     factors = draw_factors(world, sim.iterations, sim.seed, sim.jitter_cv, sim.straggler_rank, sim.straggler_slowdown)
@@ -292,10 +328,14 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     def rank_process(rank: int) -> Generator[Any, Any, None]:
         for step in range(sim.iterations):
             costs = _scaled(base, plan.factors[rank][step])
+            # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last
+            # one included, adds into the gradients already there
+            later = _accumulating(costs, accumulate_factor)
             trace = RankTrace()
-            for _ in range(sc.ddp.grad_accumulation_steps - 1):
-                yield from accumulation_micro_step(env, costs, trace)
-            yield from rank_step(env, step, costs, prep.buckets, bucket_of_param, rendezvous, trace)
+            for micro in range(sc.ddp.grad_accumulation_steps - 1):
+                yield from accumulation_micro_step(env, costs if micro == 0 else later, trace)
+            last_costs = later if sc.ddp.grad_accumulation_steps > 1 else costs
+            yield from rank_step(env, step, last_costs, prep.buckets, bucket_of_param, rendezvous, trace)
             traces[rank].append(trace)
 
     for rank in ranks:
@@ -442,7 +482,8 @@ def _result(
         optimizer_s=prep.compute.optimizer_s,
         comm_time_s=sum(b - a for a, b in comm),
         exposed_comm_s=_exposed(comm, compute) if world > 1 else 0.0,
-        compute_only_s=sc.ddp.grad_accumulation_steps * (prep.compute.forward_s + prep.compute.backward_s)
+        compute_only_s=sc.ddp.grad_accumulation_steps * prep.compute.forward_s
+        + prep.compute.backward_s * (1 + (sc.ddp.grad_accumulation_steps - 1) * accumulate_backward_factor(workload))
         + prep.compute.optimizer_s,
         copy_s=copy_s,
         buckets=buckets,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from statistics import median
 from typing import Any
 
@@ -58,14 +59,25 @@ def _module_of(name: str) -> str:
 WORLD1_VARIANTS = ("none", "gbv", "fp16", "bf16")  # plain DDP, gradient_as_bucket_view, the compress hooks
 
 
-def _ddp_world1(root: _Fields, plain_step_s: float) -> tuple[dict[str, float], float | None]:
-    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``), and the
-    bucket cap it was measured at: the harness's ``ddp_world1`` rows (medians over their caps),
-    against the profile's own step. Optional: ({}, None) without rows."""
+@dataclass(frozen=True)
+class _World1:
+    """What the profile's world-size-1 DDP rows measured (see ``_ddp_world1``)."""
+
+    extra_s: dict[str, float]
+    cap_mb: float | None
+    backward_host_lead_s: float | None
+
+
+def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
+    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``), the bucket
+    cap it was measured at, and the backward thread's lead over the GPU under plain DDP: the
+    harness's ``ddp_world1`` rows (medians over their caps), against the profile's own step.
+    Optional: nothing measured without rows."""
     rows = root.get("ddp_world1", (list,), "a list of {bucket_cap_mb, variant, step_s}", optional=True) or []
     step_s = root.get("step_s", (int, float), "seconds", optional=True) or plain_step_s
     by_variant: dict[str, list[float]] = {}
     caps: list[float] = []
+    leads: list[float] = []
     for i, raw in enumerate(rows):
         if not isinstance(raw, dict):
             raise root.error(f"ddp_world1[{i}]", "expected an object with bucket_cap_mb, variant, step_s")
@@ -79,9 +91,12 @@ def _ddp_world1(root: _Fields, plain_step_s: float) -> tuple[dict[str, float], f
         assert seconds is not None
         by_variant.setdefault(variant, []).append(seconds - step_s)
         caps.append(float(rec.get("bucket_cap_mb", (int, float), "MB")))
+        lead = rec.seconds("backward_host_lead_s", optional=True)
+        if lead is not None and variant == "none":
+            leads.append(lead)
     # never negative: a world-size-1 DDP step faster than the plain one is the profile's noise, not a gain
     extra = {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
-    return extra, float(median(caps)) if caps else None
+    return _World1(extra, float(median(caps)) if caps else None, float(median(leads)) if leads else None)
 
 
 def load_profile(path: str) -> Workload:
@@ -170,7 +185,8 @@ def load_profile(path: str) -> Workload:
     output_bytes = root.get("output_bytes", (int,), "an integer >= 0", optional=True)
     if output_bytes is not None and output_bytes < 0:
         raise root.error("output_bytes", f"expected an integer >= 0, got {output_bytes}")
-    world1_extra_s, world1_cap_mb = _ddp_world1(root, forward_s + backward_s + optimizer_s)
+    world1 = _ddp_world1(root, forward_s + backward_s + optimizer_s)
+    backward_accumulate_s = root.seconds("backward_accumulate_s", optional=True)
     return Workload(
         name=model,
         layers=tuple(layers),
@@ -179,8 +195,10 @@ def load_profile(path: str) -> Workload:
         seq_len=seq_len,
         buffer_bytes=int(buffers),
         measured=measured,
-        ddp_world1_extra_s=world1_extra_s,
-        ddp_world1_cap_mb=world1_cap_mb,
+        ddp_world1_extra_s=world1.extra_s,
+        ddp_world1_cap_mb=world1.cap_mb,
+        backward_host_lead_s=world1.backward_host_lead_s,
+        backward_accumulate_s=backward_accumulate_s,
         notes=tuple(notes),
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
