@@ -1,16 +1,17 @@
-"""Does ddpsim get each DDP option's effect right? Eight 4-GPU options campaigns, two 2-GPU ones.
+"""Does ddpsim get each DDP option's effect right? Nine H100/H200 allocations, twelve campaigns.
 
 The 4-GPU campaigns: ``validation/data/h200x4-options-2026-11-26`` (4 x H200) and seven 4 x H100
 allocations, ``validation/data/h100x4-options-2026-11-26`` and ``-26b`` to ``-26g``; the 2-GPU ones
-``-26f-w2`` and ``-26g-w2`` (two GPUs of the f and g hosts). An option's effect is its step over the
+``-26f-w2``, ``-26g-w2`` and ``-26h-w2`` (two GPUs of the f, g and h hosts), and ``-26h`` (an eighth 4 x H100
+allocation, hooks and accumulation only). An option's effect is its step over the
 plain step of the same launch at the same cap, measured and predicted (``ddpsim validate`` with
 ``validation/calibration-h200x4.json``, fitted on another campaign's plain runs: every run here is held
 out). Two counts:
   * strict: a (model, link, option) counts where the measured effect exceeds 5% on every 4-GPU machine
     in the same direction (the repeats agree); it is right in direction when every prediction moves the
     same way, and right in magnitude when every predicted change is within a factor 1.5 of the measured;
-  * per machine: every (machine, model, link, option) cell whose measured effect exceeds 5%, 2-GPU
-    campaigns included: direction right, and predicted change within a factor 1.5.
+  * per machine: every (machine, model, link, option) cell whose measured effect exceeds 5%, every
+    campaign included: direction right, and predicted change within a factor 1.5.
 
     .venv/bin/python benchmarks/option_directions.py
 """
@@ -31,9 +32,11 @@ CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "valid
              "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c",
              "H100d": "validation/data/h100x4-options-2026-11-26d", "H100e": "validation/data/h100x4-options-2026-11-26e",
              "H100f": "validation/data/h100x4-options-2026-11-26f", "H100g": "validation/data/h100x4-options-2026-11-26g"}
-# two GPUs of the f and g hosts: fewer options, so only in the per-machine count
-TWO_GPU_CAMPAIGNS = {"H100f-w2": "validation/data/h100x4-options-2026-11-26f-w2",
-                     "H100g-w2": "validation/data/h100x4-options-2026-11-26g-w2"}
+# fewer options (two GPUs of the f, g and h hosts; h measured hooks and accumulation only): per-machine count only
+PER_MACHINE_ONLY = {"H100f-w2": "validation/data/h100x4-options-2026-11-26f-w2",
+                    "H100g-w2": "validation/data/h100x4-options-2026-11-26g-w2",
+                    "H100h": "validation/data/h100x4-options-2026-11-26h",
+                    "H100h-w2": "validation/data/h100x4-options-2026-11-26h-w2"}
 CALIBRATION = "validation/calibration-h200x4.json"
 THRESHOLD = 0.05
 FACTOR = 1.5
@@ -53,7 +56,7 @@ def _right(measured: float, predicted: float) -> tuple[bool, bool]:
 
 
 def main() -> int:
-    every = {**CAMPAIGNS, **TWO_GPU_CAMPAIGNS}
+    every = {**CAMPAIGNS, **PER_MACHINE_ONLY}
     by_machine = {name: effects(path) for name, path in every.items()}
     keys = sorted(set.union(*(set(e) for e in by_machine.values())))
     print(f"{'option':13s} {'link':7s} {'model':11s} " + " ".join(f"{m + ' meas/pred':>16s}" for m in every)

@@ -21,5 +21,5 @@ report cross-model-options $D/h200x4-options-2026-11-26 --cross model --calibrat
 report cross-launch-multinode $D/h200x4-multinode-2026-11-26 --cross launch --calibration-caps all
 report heldout-h100x4-multinode $D/h100x4-multinode-2026-11-26 $D/h100x4-multinode-2026-11-26b $D/h100x4-multinode-2026-11-26d --calibration validation/calibration-h200x4-multinode.json
 report heldout-h100x4-options $D/h100x4-options-2026-11-26 $D/h100x4-options-2026-11-26b $D/h100x4-options-2026-11-26c $D/h100x4-options-2026-11-26d $D/h100x4-options-2026-11-26e --calibration validation/calibration-h200x4.json
-report heldout-h100-options-fg $D/h100x4-options-2026-11-26f $D/h100x4-options-2026-11-26f-w2 $D/h100x4-options-2026-11-26g $D/h100x4-options-2026-11-26g-w2 --calibration validation/calibration-h200x4.json
+report heldout-h100-options-fgh $D/h100x4-options-2026-11-26f $D/h100x4-options-2026-11-26f-w2 $D/h100x4-options-2026-11-26g $D/h100x4-options-2026-11-26g-w2 $D/h100x4-options-2026-11-26h $D/h100x4-options-2026-11-26h-w2 --calibration validation/calibration-h200x4.json
 report heldout-h200x4-options $D/h200x4-options-2026-11-26 --calibration validation/calibration-h200x4.json
