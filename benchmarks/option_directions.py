@@ -97,7 +97,7 @@ def main() -> int:
           "magnitude within 1.5x")
     for name, (n, right, close) in sorted(tally.items()):
         print(f"  {name:13s} {right} of {n} right, {close} of {n} within 1.5x")
-    print("\nper machine: cells measured beyond 5% (2-GPU campaigns included): direction right, magnitude within 1.5x")
+    print("\nper machine: cells measured beyond 5% (every campaign included): direction right, magnitude within 1.5x")
     for name, (n, right, close) in sorted(per_cell.items()):
         print(f"  {name:13s} {right} of {n} right, {close} of {n} within 1.5x")
     return 0
