@@ -554,7 +554,9 @@ class Runner:
             "nosync_forward_s_median": median(ns["fwd"]) if ns else None,
             "nosync_backward_s_median": median(ns["bwd"]) if ns else None,
             "nosync_optimizer_s_median": median(ns["opt"]) if ns else None,
-            # diagnostic, never used to predict this run: the backward thread's lead at this world size
+            # diagnostic, never used to predict this run: the wait for the GPU once backward returns at this
+            # world size; above world size 1 it includes the all-reduces still running (DDP's copy-back waits
+            # for them), so it bounds the backward thread's lead from above
             "backward_host_lead_s": self.lead_s,
             "forward_s_median": median([r["forward_s_median"] for r in self.rounds]),
             "backward_s_median": median([r["backward_s_median"] for r in self.rounds]),
