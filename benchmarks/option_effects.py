@@ -1,15 +1,18 @@
-"""Predicted vs measured effect of each DDP option in the 4 x H200 options campaign, and the per-option
-error table the advisor uses (``ddpsim/planning/option_errors.py``, written by ``--write``).
+"""Predicted vs measured effect of each DDP option in every options campaign, and the per-option error
+table the advisor uses (``ddpsim/planning/option_errors.py``, written by ``--write``).
 
-For every model and transport of ``validation/data/h200x4-options-2026-11-26`` the run of variant
-``none`` at cap 25 and each option's run are simulated with ``run_scenario`` and the shipped
-calibration ``validation/calibration-h200x4.json``, the run's DDP options set on the scenario. Effect =
-option step / none step, measured (pooled medians of the same launch) and predicted.
+The campaigns (``CAMPAIGNS``): 4 x H200 (``validation/data/h200x4-options-2026-11-26``) and eight 4 x H100
+allocations, at 4 GPUs and, where measured, 2 GPUs. For every model, transport and world size of each
+campaign the run of variant ``none`` at cap 25 and each option's run are simulated with
+``run_scenario``, the campaign's own profile and the shipped calibration
+``validation/calibration-h200x4.json``, the run's DDP options set on the scenario. Effect = option step /
+none step, measured (pooled medians of the same launch) and predicted. A model without a profile in
+its campaign is skipped.
 
-Per option the table keeps every model's (predicted, measured) ratio and its error as the root mean
-square of (predicted - measured) over the models and transports measured. It also records the
-campaign's own repeat noise for the pair: the larger relative gap between round 1 and round 2 of
-the two runs, so that an error at the level of that noise can be told from a model error.
+Per option the table keeps every (campaign, model, transport, world size) (predicted, measured) ratio
+and the root mean square of (predicted - measured) over them. It also records the campaign's own repeat
+noise for the pair: the larger relative gap between round 1 and round 2 of the two runs, so that an
+error at the level of that noise can be told from a model error.
 
     .venv/bin/python benchmarks/option_effects.py            # print the table
     .venv/bin/python benchmarks/option_effects.py --write    # and rewrite ddpsim/planning/option_errors.py
@@ -33,7 +36,12 @@ from ddpsim.calibration.measurements import read_ddp_runs  # noqa: E402
 from ddpsim.simulation import simulate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CAMPAIGN = "validation/data/h200x4-options-2026-11-26"
+CAMPAIGNS = tuple(f"validation/data/{name}" for name in (
+    "h200x4-options-2026-11-26", "h100x4-options-2026-11-26", "h100x4-options-2026-11-26b",
+    "h100x4-options-2026-11-26c", "h100x4-options-2026-11-26d", "h100x4-options-2026-11-26e",
+    "h100x4-options-2026-11-26f", "h100x4-options-2026-11-26f-w2", "h100x4-options-2026-11-26g",
+    "h100x4-options-2026-11-26g-w2", "h100x4-options-2026-11-26h", "h100x4-options-2026-11-26h-w2"))
+SOURCE = "12 options campaigns on 4 x H200 and eight 4 x H100 allocations (validation/data/h*-options-2026-11-26*)"
 CALIBRATION = "validation/calibration-h200x4.json"
 OPTIONS = {
     "find_unused": {"find_unused_parameters": True},
@@ -45,36 +53,51 @@ OPTIONS = {
 OUT = "ddpsim/planning/option_errors.py"
 
 
-def _round_gap(run: dict) -> float:
-    a, b = run["round_medians_s"][:2]
+def _round_gap(run: dict) -> float | None:
+    """None where the launch ran out of time for a second round (nothing to compare)."""
+    medians = run.get("round_medians_s") or []
+    if len(medians) < 2:
+        return None
+    a, b = medians[:2]
     return abs(a - b) / min(a, b)
+
+
+def _repeat_noise(*runs: dict) -> float | None:
+    gaps = [_round_gap(r) for r in runs]
+    return None if any(g is None for g in gaps) else max(g for g in gaps if g is not None)
 
 
 def compare() -> list[dict]:
     calibration = read_calibration(os.path.join(ROOT, CALIBRATION))
-    runs = [r for r in read_ddp_runs(os.path.join(ROOT, CAMPAIGN, "ddp_runs.jsonl"))
-            if r.get("status") == "ok" and r["bucket_cap_mb"] == 25]
-    by_key = {(r["model"], r["transport"], r["variant"]): r for r in runs}
     rows = []
-    for (model, transport, variant), none in sorted(by_key.items()):
-        if variant != "none":
-            continue
-        profile = os.path.join(ROOT, CAMPAIGN, "profiles", f"{model}.json")
-        base = run_scenario(none, profile, calibration)
-        predicted_none = simulate(base).step_time_s
-        for option, changes in OPTIONS.items():
-            run = by_key.get((model, transport, option))
-            if run is None:
+    for campaign in CAMPAIGNS:
+        runs = [r for r in read_ddp_runs(os.path.join(ROOT, campaign, "ddp_runs.jsonl"))
+                if r.get("status") == "ok" and r["bucket_cap_mb"] == 25]
+        by_key = {(r["model"], r["transport"], r["world_size"], r["variant"]): r for r in runs}
+        for (model, transport, world, variant), none in sorted(by_key.items()):
+            profile = os.path.join(ROOT, campaign, "profiles", f"{model}.json")
+            if variant != "none" or not os.path.exists(profile):
                 continue
-            scenario = dataclasses.replace(base, ddp=dataclasses.replace(base.ddp, **changes))
-            predicted = simulate(scenario).step_time_s
-            rows.append({
-                "option": option, "model": model, "transport": transport,
-                "measured_ratio": run["step_s_median"] / none["step_s_median"],
-                "predicted_ratio": predicted / predicted_none,
-                "repeat_noise": max(_round_gap(run), _round_gap(none)),
-            })
+            base = run_scenario(none, profile, calibration)
+            predicted_none = simulate(base).step_time_s
+            for option, changes in OPTIONS.items():
+                run = by_key.get((model, transport, world, option))
+                if run is None:
+                    continue
+                scenario = dataclasses.replace(base, ddp=dataclasses.replace(base.ddp, **changes))
+                predicted = simulate(scenario).step_time_s
+                rows.append({
+                    "option": option, "campaign": os.path.basename(campaign), "model": model,
+                    "transport": transport, "world_size": world,
+                    "measured_ratio": run["step_s_median"] / none["step_s_median"],
+                    "predicted_ratio": predicted / predicted_none,
+                    "repeat_noise": _repeat_noise(run, none),
+                })
     return rows
+
+
+def _median(values: list[float]) -> float | None:
+    return sorted(values)[len(values) // 2] if values else None
 
 
 def error_table(rows: list[dict]) -> dict:
@@ -86,7 +109,7 @@ def error_table(rows: list[dict]) -> dict:
         errors = [r["predicted_ratio"] - r["measured_ratio"] for r in mine]
         table[option] = {
             "rms_error": math.sqrt(sum(e * e for e in errors) / len(errors)),
-            "median_repeat_noise": sorted(r["repeat_noise"] for r in mine)[len(mine) // 2],
+            "median_repeat_noise": _median([r["repeat_noise"] for r in mine if r["repeat_noise"] is not None]),
             "n": len(mine),
             "runs": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items() if k != "option"}
                      for r in mine],
@@ -99,12 +122,12 @@ def write_module(table: dict) -> None:
     text = (
         '"""Measured error of ddpsim\'s predicted effect of each DDP option (written by\n'
         "benchmarks/option_effects.py --write; do not edit by hand).\n\n"
-        f"Source: {CAMPAIGN} (4 x H200, NVLink and sockets, cap 25), simulated with {CALIBRATION}.\n"
+        f"Source: {SOURCE}, cap 25, NVLink and sockets,\nsimulated with {CALIBRATION}.\n"
         "Per option: every run's predicted and measured ratio (option step / none step), the RMS of\n"
         "(predicted - measured) over them, and the median repeat noise of the pairs (the larger relative\n"
         "gap between the two rounds of the option's and the none run).\n"
         '"""\n\n'
-        f"SOURCE = {CAMPAIGN!r}\n"
+        f"SOURCE = {SOURCE!r}\n"
         f"OPTION_ERRORS: dict = {body}\n"
     )
     with open(os.path.join(ROOT, OUT), "w") as f:
@@ -121,13 +144,17 @@ def main(argv: list[str] | None = None) -> int:
     if a.json:
         print(json.dumps(table, indent=1))
     else:
-        print(f"{'option':13} {'model':11} {'link':7} {'measured':>8} {'predicted':>9} {'noise':>6}")
+        print(f"{'option':13} {'campaign':30} {'model':11} {'link':7} {'GPUs':>4} {'measured':>8} {'predicted':>9} "
+              f"{'noise':>6}")
         for r in rows:
-            print(f"{r['option']:13} {r['model']:11} {r['transport']:7} {r['measured_ratio']:8.3f} "
-                  f"{r['predicted_ratio']:9.3f} {100 * r['repeat_noise']:5.1f}%")
+            print(f"{r['option']:13} {r['campaign']:30} {r['model']:11} {r['transport']:7} {r['world_size']:4d} "
+                  f"{r['measured_ratio']:8.3f} "
+                  f"{r['predicted_ratio']:9.3f} "
+                  + (f"{100 * r['repeat_noise']:5.1f}%" if r["repeat_noise"] is not None else "     -"))
         for option, t in table.items():
+            noise = t["median_repeat_noise"]
             print(f"{option:13} rms error {t['rms_error']:.3f}  median repeat noise "
-                  f"{100 * t['median_repeat_noise']:.1f}%  (n={t['n']})")
+                  + (f"{100 * noise:.1f}%" if noise is not None else "-") + f"  (n={t['n']})")
     if a.write:
         write_module(table)
     return 0
