@@ -33,6 +33,8 @@ from ddpsim.topology import build_topology
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
+# never-calibrated allocations whose sweeps of a shape this campaign also has are predicted from it
+OTHER_MACHINES = ("h100x2-multinode-2026-11-26e",)
 # (title, fitted shapes, held-out shapes, forced algorithms fitted, launch fitted ("": every launch),
 #  held-out sweeps: the forced algorithm reported (None: NCCL's default), or "any")
 SPLITS: tuple[tuple[str, set[str], set[str], tuple[str, ...], str, str | None], ...] = (
@@ -101,6 +103,26 @@ def _agreement(calibration: Any, data: str) -> list[str]:
     return lines
 
 
+def _predicted_line(calibration: Any, record: dict[str, Any]) -> str:
+    """One held-out sweep: mean / max |error| below and from 1 MiB, and (NCCL's default sweeps) how often
+    ``auto`` names the algorithm and protocol NCCL logged."""
+    model, floor_s = _model(calibration, record)
+    forced = record.get("algorithm_forced")
+    small: list[float] = []
+    large: list[float] = []
+    agree = 0
+    for row in record["rows"]:
+        algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
+        predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)
+        error = abs(predicted / (row["time_us_median"] * 1e-6) - 1) * 100
+        (large if row["bytes"] >= MIB else small).append(error)
+        agree += (algorithm, protocol) == (str(row.get("nccl_algo", "")).lower(), str(row.get("nccl_proto", "")).lower())
+    label = f"  {_shape(record)} ({record['launch_id']})"
+    share = f"{agree}/{len(record['rows'])}" if forced is None else "-"
+    return (f"{label:58s} {forced or 'default':9s} {sum(small) / len(small):8.1f} / {max(small):6.1f}"
+            f" {sum(large) / len(large):9.1f} / {max(large):6.1f} {share:>11s}")
+
+
 def main(argv: list[str]) -> int:
     data = argv[0] if argv else DEFAULT_DATA
     path = os.path.join(data, "allreduce.jsonl")
@@ -123,28 +145,30 @@ def main(argv: list[str]) -> int:
                 continue  # a fitted sweep (or launch) is never reported as a prediction
             if reported != "any" and record.get("algorithm_forced") != reported:
                 continue
-            model, floor_s = _model(calibration, record)
-            forced = record.get("algorithm_forced")
-            small: list[float] = []
-            large: list[float] = []
-            agree = 0
-            for row in record["rows"]:
-                algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
-                predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)
-                error = abs(predicted / (row["time_us_median"] * 1e-6) - 1) * 100
-                (large if row["bytes"] >= MIB else small).append(error)
-                agree += (algorithm, protocol) == (str(row.get("nccl_algo", "")).lower(), str(row.get("nccl_proto", "")).lower())
-            label = f"  {_shape(record)} ({record['launch_id']})"
-            share = f"{agree}/{len(record['rows'])}" if forced is None else "-"
-            print(f"{label:58s} {forced or 'default':9s} {sum(small) / len(small):8.1f} / {max(small):6.1f}"
-                  f" {sum(large) / len(large):9.1f} / {max(large):6.1f} {share:>11s}")
+            print(_predicted_line(calibration, record))
+    # the same shape on another machine: the 2x1 network fitted on this campaign's 2x1 sweeps (forced
+    # Ring and Tree) predicts every 2x1 sweep of a never-calibrated 2 x H100 allocation
+    fitted = [s for r in records if _shape(r) == "2x1" and r.get("algorithm_forced") in ("ring", "tree")
+              for s in _samples(r, path)]
+    if fitted:
+        calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, "2x1")
+        for other in OTHER_MACHINES:
+            other_path = os.path.join(ROOT, "validation", "data", other, "allreduce.jsonl")
+            if not os.path.isfile(other_path):
+                continue
+            print(f"fit 2x1 (Ring + Tree) here, predict the 2x1 sweeps of {other}")
+            with open(other_path, encoding="utf-8") as handle:
+                for record in (json.loads(line) for line in handle if line.strip()):
+                    if _shape(record) == "2x1":
+                        print(_predicted_line(calibration, record))
     # NCCL's tuning table is printed at communicator init, before any timed call: carrying it is not
     # fitting to the held-out timings. The calibration fitted on every sweep's forced Ring rows (the
     # shapes' tables with it) is checked on the default sweeps here and on the never-calibrated H100
     # campaign, whose NCCL believes the same 10 Gbps network.
     every = [s for r in records if r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
     calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(every)}, "all shapes, forced Ring")
-    for campaign in (data, *(os.path.join(ROOT, "validation", "data", f"h100x4-multinode-2026-11-26{s}") for s in ("", "b"))):
+    others = [f"h100x4-multinode-2026-11-26{s}" for s in ("", "b", "d")] + list(OTHER_MACHINES)
+    for campaign in (data, *(os.path.join(ROOT, "validation", "data", name) for name in others)):
         if os.path.isfile(os.path.join(campaign, "allreduce.jsonl")):
             print(f"\nauto = NCCL's logged choice, default sweeps of {os.path.relpath(campaign, ROOT)} "
                   f"(calibration: forced-Ring sweeps of every shape of {os.path.basename(data)}):")
