@@ -263,3 +263,31 @@ def test_ddp_world1_times_the_reducer_on_one_rank():
     assert rows[0]["nosync_step_s"] > 0 and "nosync_step_s" not in rows[1]  # no_sync micro-steps of plain DDP
     assert rows[0]["backward_host_lead_s"] >= 0 and "backward_host_lead_s" not in rows[1]  # the lead under DDP
     torch.distributed.destroy_process_group()
+
+
+def _two_rank_record(rank, port, out_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        r = worker.Runner(models.MODELS["tiny-mlp"], 25, "none", torch.device("cpu"), 2)
+        r.warmup(2)
+        r.measure_round(3, 0, "round", 0, 0.0)
+        r.measure_nosync(2)
+        rec = r.record()
+        r.close()
+        if rank == 0:
+            with open(out_path, "w") as handle:
+                json.dump(rec["per_rank_s"], handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_every_rank_reports_its_own_medians(free_port, tmp_path):
+    # two gloo ranks on the CPU: the record carries each rank's step, forward, backward and no_sync medians
+    out = tmp_path / "per_rank.json"
+    torch.multiprocessing.spawn(_two_rank_record, args=(free_port, str(out)), nprocs=2, join=True)
+    per_rank = json.loads(out.read_text())
+    assert set(per_rank) == {"step_s", "forward_s", "backward_s", "nosync_step_s", "nosync_forward_s",
+                             "nosync_backward_s"}
+    assert all(len(v) == 2 and all(x is not None and x > 0 for x in v) for v in per_rank.values())

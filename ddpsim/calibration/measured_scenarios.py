@@ -38,7 +38,7 @@ RECORD_FIELDS = frozenset({
     "n_rounds", "round_medians_s", "nosync_step_s_median", "nosync_step_s_p10", "nosync_step_s_p90",
     "nosync_step_times_s", "nosync_forward_s_median", "nosync_backward_s_median", "nosync_optimizer_s_median",
     "forward_s_median", "backward_s_median", "optimizer_s_median", "iterations", "nosync_iterations", "warmup",
-    "backward_host_lead_s",
+    "backward_host_lead_s", "per_rank_s",
     "bucket_sizes_bytes", "bucket_param_indices", "grad_ready_order", "bucket_layout_source", "ddp_logging",
     "per_bucket", "per_bucket_samples", "n_params", "param_bytes", "is_reference", "run_wall_s", "host",
     "_source", "_line",

@@ -505,6 +505,21 @@ class Runner:
         if n > 0:
             self.nosync = self.run_steps(n, sync=False)
 
+    def _per_rank(self, steps, nosync):
+        """{field: [rank 0, rank 1, ...]} of the step, forward and backward medians and the no_sync ones
+        (None where not measured); a collective, like ``record``. None at world size 1."""
+        if self.W <= 1 or not steps:
+            return None
+        fields = ("step_s", "forward_s", "backward_s", "nosync_step_s", "nosync_forward_s", "nosync_backward_s")
+        mine = [median(steps), median([r["forward_s_median"] for r in self.rounds]),
+                median([r["backward_s_median"] for r in self.rounds])]
+        mine += [median(nosync[k]) if nosync else float("nan") for k in ("step", "fwd", "bwd")]
+        t = torch.tensor(mine, dtype=torch.float64, device=self.device)
+        g = [torch.zeros_like(t) for _ in range(self.W)]
+        dist.all_gather(g, t)
+        table = torch.stack(g).tolist()
+        return {f: [None if v != v else v for v in (row[i] for row in table)] for i, f in enumerate(fields)}
+
     def record(self):
         """The run's measurement fields (a collective: every rank must call it at the same point)."""
         pooled = {k: [] for k in ("step_times_s", "step_wall_times_s")}
@@ -531,6 +546,7 @@ class Runner:
             g = [torch.zeros_like(t) for _ in range(self.W)]
             dist.all_gather(g, t)
             step_max = median(torch.stack(g).max(dim=0).values.tolist())
+        per_rank = self._per_rank(st, ns)
         # rebuilt layout when DDP rebuilt its buckets; otherwise (find_unused_parameters: no rebuild) the
         # initial layout, in reverse registration order
         sizes = _parse_list(logd.get("rebuilt_bucket_sizes"))
@@ -542,6 +558,9 @@ class Runner:
         return {
             "step_s_median": median(st), "step_s_p10": quantile(st, 0.1), "step_s_p90": quantile(st, 0.9),
             "step_times_s": st, "step_s_median_max_over_ranks": step_max,
+            # every rank's own medians (GPU events on its own streams): whether the ranks of one host run
+            # their compute equally fast, or the step waits for the slowest
+            "per_rank_s": per_rank,
             "step_wall_s_median": median(wt), "step_wall_s_p10": quantile(wt, 0.1),
             "step_wall_s_p90": quantile(wt, 0.9), "step_wall_times_s": wt,
             "step_time_source": "cuda_event" if self.device.type == "cuda" else "perf_counter",
