@@ -7,7 +7,8 @@ allocation, hooks and accumulation only). An option's effect is its step over th
 plain step of the same launch at the same cap, measured and predicted (``ddpsim validate`` with
 ``validation/calibration-h200x4.json``, fitted on another campaign's plain runs: every run here is held
 out). Two counts:
-  * strict: a (model, link, option) counts where the measured effect exceeds 5% on every 4-GPU machine
+  * strict: a (model, link, option) counts where the measured effect exceeds 5% on every machine of
+    ``CAMPAIGNS`` (the 4-GPU campaigns with every option; not h, which measured the hooks and accumulation only)
     in the same direction (the repeats agree); it is right in direction when every prediction moves the
     same way, and right in magnitude when every predicted change is within a factor 1.5 of the measured;
   * per machine: every (machine, model, link, option) cell whose measured effect exceeds 5%, every
@@ -93,8 +94,8 @@ def main() -> int:
         print(f"{key[0]:13s} {key[1]:7s} {key[2]:11s} " + " ".join(f"{c:>16s}" for c in cells)
               + f"  {'yes' if counted else '-':7s}  {('right' if direction else 'WRONG') if counted else '-':9s}"
               f"  {('ok' if magnitude else 'off') if counted else '-'}")
-    print("\nstrict: cases where every 4-GPU machine measured the same direction beyond 5%: direction right, "
-          "magnitude within 1.5x")
+    print("\nstrict: cases where every machine of CAMPAIGNS (H200, H100 to H100g) measured the same direction beyond "
+          "5%: direction right, magnitude within 1.5x")
     for name, (n, right, close) in sorted(tally.items()):
         print(f"  {name:13s} {right} of {n} right, {close} of {n} within 1.5x")
     print("\nper machine: cells measured beyond 5% (every campaign included): direction right, magnitude within 1.5x")

@@ -9,8 +9,8 @@ predicted. No DDP run of the campaign is fitted. The sweeps ran in the same laun
 user's nccl-tests would run before training. Printed beside: the same runs with M's network
 (the held-out table of the README).
 
-These campaigns swept NCCL's default and forced Ring, not forced Tree. So their own fit prices NCCL's tree
-with the ring's network terms, and a third variant carries M's measured tree bandwidth factor per shape
+The three 4 x H100 campaigns swept NCCL's default and forced Ring, not forced Tree. So their own fit prices NCCL's
+tree with the ring's network terms, and a third variant carries M's measured tree bandwidth factor per shape
 (0.60 on 2x2, 0.84 on 4x1: how NCCL's trees load a node's network, a property of the shape) into the
 machine's own fit.
 

@@ -101,21 +101,26 @@ def prepare(scenario: Scenario) -> Prepared:
 
 
 def _lead_source(workload: Workload, measured_in: str | None) -> str:
-    if workload.backward_host_lead_s is None:
-        return ("the backward thread's lead over the GPU was not measured (the profile has no world-size-1 DDP "
-                "lead): charged in full, as if the backward were host-bound")
-    return (f"the first {workload.backward_host_lead_s * 1e3:.2f} ms of it per step hidden: the backward thread's lead "
+    if workload.ddp_world1_lead_s is None:
+        why = ("the profile has no world-size-1 DDP lead" if measured_in is not None
+               else "compute is estimated, not profiled")
+        return (f"the backward thread's lead over the GPU was not measured ({why}): charged in full, as if the "
+                "backward were host-bound")
+    return (f"the first {workload.ddp_world1_lead_s * 1e3:.2f} ms of it per step hidden: the backward thread's lead "
             f"over the GPU under DDP at world size 1 (profile {measured_in}; measured)")
 
 
 def _accumulate_source(workload: Workload, measured_in: str | None) -> str:
     if workload.backward_accumulate_s is None or workload.measured is None:
-        return ("not measured (the profile has no backward into existing gradients): each micro-step priced "
-                "as the plain forward and backward")
+        why = ("the profile has no backward into existing gradients" if measured_in is not None
+               else "compute is estimated, not profiled")
+        return f"not measured ({why}): each micro-step priced as the plain forward and backward"
     factor = accumulate_backward_factor(workload)
+    clamped = (" (measured faster than the plain backward: noise, taken as 1x)"
+               if workload.backward_accumulate_s < workload.measured.backward_s else "")
     return (f"profile {measured_in}: backward into existing gradients {workload.backward_accumulate_s * 1e3:.2f} ms "
             f"against {workload.measured.backward_s * 1e3:.2f} ms after zero_grad (measured); every micro-step "
-            f"after the first takes {factor:.3f}x the backward")
+            f"after the first takes {factor:.3f}x the backward{clamped}")
 
 
 def _degrade_first_hop(topology: Topology, gpus_per_node: int, factor: float) -> Topology:
@@ -241,7 +246,7 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s); a compress
         # hook's own work on that thread comes on top (ddpsim.ddp.hooks names it and its measurement)
         hook_thread_s=overheads.hook_cpu_s + compress_hook_extra_s(ddp.comm_hook) if hooked else 0.0,
-        backward_host_lead_s=workload.backward_host_lead_s or 0.0,
+        backward_host_lead_s=workload.ddp_world1_lead_s or 0.0,
     )
 
 
@@ -330,11 +335,12 @@ def simulate(scenario: Scenario | Prepared) -> Result:
             costs = _scaled(base, plan.factors[rank][step])
             # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last
             # one included, adds into the gradients already there
-            later = _accumulating(costs, accumulate_factor)
+            accumulating = sc.ddp.grad_accumulation_steps > 1
+            later = _accumulating(costs, accumulate_factor) if accumulating else costs
             trace = RankTrace()
             for micro in range(sc.ddp.grad_accumulation_steps - 1):
                 yield from accumulation_micro_step(env, costs if micro == 0 else later, trace)
-            last_costs = later if sc.ddp.grad_accumulation_steps > 1 else costs
+            last_costs = later
             yield from rank_step(env, step, last_costs, prep.buckets, bucket_of_param, rendezvous, trace)
             traces[rank].append(trace)
 

@@ -129,7 +129,7 @@ def test_profile_accumulate_iterations_add_into_existing_grads():
     assert grads_set_per_call == [False, False] + [False, False, False, True] * 2
     assert prof["backward_accumulate_s"] > 0 and prof["forward_accumulate_s"] > 0
     # on the CPU nothing runs asynchronously: the thread never runs ahead of the device
-    assert prof["backward_host_lead_s"] >= 0 and prof["backward_host_s"] > 0 and prof["sync_floor_s"] >= 0
+    assert prof["backward_host_lead_s"] < 1e-3 and prof["backward_host_s"] > 0 and prof["sync_floor_s"] >= 0
 
 
 def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
@@ -144,7 +144,7 @@ def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
     assert sorted(rec["bucket_param_indices"][0]) == list(range(6))
     assert rec["backward_host_lead_s"] is None
     rec_lead = worker.ddp_run(spec, 25, dev, 1, warmup=1, steps=2, nosync_steps=0, lead_steps=3)
-    assert rec_lead["backward_host_lead_s"] >= 0
+    assert rec_lead["backward_host_lead_s"] < 1e-3  # the CPU runs every op before it returns: no lead
     rec2 = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=2, nosync_steps=0, comm_hook="timing")
     pb = rec2["per_bucket"]
     assert pb and pb[0]["index"] == 0 and pb[0]["end_s"] >= pb[0]["launch_s"]
@@ -261,7 +261,7 @@ def test_ddp_world1_times_the_reducer_on_one_rank():
     # torch's bf16 hook needs NCCL: on gloo the row says why instead of stopping the profile
     assert rows[3]["status"] == "failed" and "BF16" in rows[3]["error"]
     assert rows[0]["nosync_step_s"] > 0 and "nosync_step_s" not in rows[1]  # no_sync micro-steps of plain DDP
-    assert rows[0]["backward_host_lead_s"] >= 0 and "backward_host_lead_s" not in rows[1]  # the lead under DDP
+    assert rows[0]["backward_host_lead_s"] < 1e-3 and "backward_host_lead_s" not in rows[1]  # the lead under DDP
     torch.distributed.destroy_process_group()
 
 

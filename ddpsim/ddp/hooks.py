@@ -32,7 +32,7 @@ backward thread beyond the Python call that ``overheads.hook_cpu`` already charg
 three host-bound models (and both hooks); ResNet-50 is left out: its thread runs ahead of the GPU
 (18 ms of thread time against 28 ms of GPU backward), so its thread time does not reach the step.
 It is charged on the compute stream only once the backward thread has used up its lead over the GPU:
-the profile measures that lead under DDP at world size 1 (``Workload.backward_host_lead_s``; 4 x H100
+the profile measures that lead under DDP at world size 1 (``Workload.ddp_world1_lead_s``; 4 x H100
 "g": ResNet-50 21.6 ms, GPT-2 6.8 ms, BERT-large 0.5 ms, ViT-B/16 and mlp-ln-64 under 0.1 ms), and a
 GPU-bound backward hides the hook (ResNet-50: +1 to +3% measured for the hooks). Without that
 measurement the hook is charged in full, as for a host-bound backward, and ``ddpsim run`` says so.

@@ -42,7 +42,8 @@ class StepCosts:
     bucket_cpu_s: float = 0.0  # launching a bucket holds up the backward kernels queued after it
     # a registered comm hook's own work per bucket on the thread running backward; it delays the GPU only
     # once the thread has used up its lead over the GPU (``backward_host_lead_s``, measured per model:
-    # ResNet-50's thread is 13-22 ms ahead on an H100, mlp-ln-64's and ViT-B/16's under 0.1 ms)
+    # ResNet-50's thread is 12-22 ms ahead on an H100, mlp-ln-64's and ViT-B/16's under 0.1 ms). Like the
+    # other host costs here it runs as compute, stretched while an all-reduce runs (compute_slowdown)
     hook_thread_s: float = 0.0
     backward_host_lead_s: float = 0.0
     # an all-reduce launched onto an idle NCCL stream waits this long for the other ranks to arrive;

@@ -100,7 +100,7 @@ class Workload:
     ddp_world1_cap_mb: float | None = None  # the bucket cap of that measurement (median of its rows)
     # How far the backward thread ran ahead of the GPU when backward returned, with DDP's reducer on it
     # (world-size-1 DDP, plain): the host time a comm hook can add before it delays the GPU. None: not measured.
-    backward_host_lead_s: float | None = None
+    ddp_world1_lead_s: float | None = None
     # The backward into existing gradients (AccumulateGrad adds instead of taking the new tensor): what
     # every micro-step after the first pays under gradient accumulation. None: not measured.
     backward_accumulate_s: float | None = None

@@ -65,7 +65,7 @@ class _World1:
 
     extra_s: dict[str, float]
     cap_mb: float | None
-    backward_host_lead_s: float | None
+    lead_s: float | None
 
 
 def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
@@ -197,7 +197,7 @@ def load_profile(path: str) -> Workload:
         measured=measured,
         ddp_world1_extra_s=world1.extra_s,
         ddp_world1_cap_mb=world1.cap_mb,
-        backward_host_lead_s=world1.backward_host_lead_s,
+        ddp_world1_lead_s=world1.lead_s,
         backward_accumulate_s=backward_accumulate_s,
         notes=tuple(notes),
         autograd_nodes=nodes,

@@ -419,7 +419,8 @@ class Runner:
     def _one_step(self, sync=True, lead_floor_s=None):
         """One optimizer step (K micro-batches, the first K-1 under no_sync).  Returns markers and wall time.
         With ``lead_floor_s`` the host waits for the GPU as soon as the last backward returns: the wait
-        (less that floor, one idle synchronize) is how far the backward thread ran ahead of the GPU."""
+        (less that floor, one idle synchronize) is how far the backward thread ran ahead of the GPU at world
+        size 1; above it the wait also holds the all-reduces still running (DDP's copy-back waits for them)."""
         K = self.opts["grad_accumulation_steps"]
         d = self.device
         m0, mf, m1, m2, m3 = (Marker(d) for _ in range(5))
@@ -801,13 +802,15 @@ def run_interleaved(plan, reference, device, W, base_fn, write_fn, *, t_launch0,
         for key in keys:
             r = runners.get(key)
             if r is not None and r.opts == VARIANT_DEFAULTS and key != reference:
-                skip = bcast_int(1 if elapsed() + (r.step_wall_estimate or 1.0) * nosync_steps + reserve()
-                                 > budget_s else 0, device)
+                lead_steps = max(2, nosync_steps // 2)
+                skip = bcast_int(1 if elapsed() + (r.step_wall_estimate or 1.0) * (nosync_steps + lead_steps)
+                                 + reserve() > budget_s else 0, device)
                 if not skip:
                     r.measure_nosync(nosync_steps)
-                    # plain DDP also records how far its backward thread runs ahead of the GPU at this world
-                    # size, beside the world-size-1 lead the profile measures (a hook's host time uses it)
-                    r.lead_s = r.measure_lead(max(2, nosync_steps // 2))
+                    # a diagnostic, never read to predict: the wait for the GPU once backward returns at this
+                    # world size, which includes the all-reduces still running (an upper bound on the
+                    # thread's lead; the profile's world-size-1 DDP lead is the one ddpsim uses)
+                    r.lead_s = r.measure_lead(lead_steps)
         for key in keys:
             if key == reference and ref_runner is not None:
                 continue  # written after the end-of-launch measurement
@@ -962,8 +965,8 @@ def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), ste
                 # profile step (4 x H100 "e": BERT-large +22%), what accumulation's micro-steps pay
                 nosync = steps if variant == "none" else 0
                 # and how far its backward thread runs ahead of the GPU with DDP's reducer on it: the slack a
-                # comm hook's host work uses up before it delays the GPU (GPT-2 on 4 x H100 "f": 8.6 ms
-                # without DDP, about 0 at the last bucket in DDP's per-bucket traces)
+                # comm hook's host work uses up before it delays the GPU (4 x H100 "g": BERT-large 4.5 ms
+                # without DDP, 0.5 ms with it; GPT-2 6.7 and 6.8 ms)
                 lead = steps // 2 if variant == "none" else 0
                 rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=nosync, variant=variant,
                               lead_steps=lead)
