@@ -291,3 +291,16 @@ def test_every_rank_reports_its_own_medians(free_port, tmp_path):
     assert set(per_rank) == {"step_s", "forward_s", "backward_s", "nosync_step_s", "nosync_forward_s",
                              "nosync_backward_s"}
     assert all(len(v) == 2 and all(x is not None and x > 0 for x in v) for v in per_rank.values())
+
+
+def test_the_profile_launch_gets_what_its_models_need():
+    from validation.harness import campaign
+
+    # five models, 200 s left, the profile's small weight against two sweep launches: 5 x 13 s + 10 s
+    assert campaign.launch_budget_s("profile", 200.0, 0.35, 2.35, 5) == 75.0
+    # never more than half of what is left, never less than its weighted share
+    assert campaign.launch_budget_s("profile", 100.0, 0.35, 2.35, 5) == 50.0
+    assert campaign.launch_budget_s("profile", 1000.0, 2.0, 2.35, 1) == 1000.0 * 2.0 / 2.35
+    # a sweep gets its weighted share, the microbench at least 40 s where it can
+    assert campaign.launch_budget_s("sweep", 200.0, 1.0, 2.0, 5) == 100.0
+    assert campaign.launch_budget_s("microbench", 300.0, 0.2, 4.0, 5) == 40.0

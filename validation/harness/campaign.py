@@ -39,6 +39,21 @@ TRANSPORT_ENV = {
 ALWAYS_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
 # relative cost of a launch, used to split the time budget
 TRANSPORT_WEIGHT = {"nvlink": 1.0, "shm": 1.3, "socket": 2.2}
+# what the profile launch needs per model, its world-size-1 DDP rows included: five models took 54-62 s on
+# 4 x H100 (validation/data/h100x4-options-2026-11-26f, -g); 36-43 s profiled only 3 or 4 of them (-f-w2, -h,
+# h100x2-ranks-2026-11-26k), and the runs of a model without a profile cannot be predicted
+PROFILE_S_PER_MODEL = 13.0
+
+
+def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
+    """One launch's share of what is left of the campaign's budget, by weight; the profile and microbench
+    launches are cheap and needed, so the weights never starve them."""
+    budget = remaining_s * weight / remaining_weight if remaining_weight > 0 else remaining_s
+    if kind == "profile":
+        return max(budget, min(PROFILE_S_PER_MODEL * n_models + 10.0, 0.5 * remaining_s))
+    if kind == "microbench":
+        return max(budget, min(40.0, 0.2 * remaining_s))
+    return budget
 
 
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
@@ -356,7 +371,7 @@ def main(argv=None):
     # one launch, labelled 'socket' (everything goes through the network transport)
     launches = []
     if not a.no_profile and not a.repeat_only and gpus:
-        # small weight: a profile launch needs ~20 s; the floor below keeps it from being starved
+        # small weight: launch_budget_s gives the profile launch what its models need
         launches.append(("profile", "none", (1, 1), 0, 0.1 + 0.05 * len(models)))
     units = []
     for shp in shapes_ok:
@@ -389,10 +404,7 @@ def main(argv=None):
     for i, (kind, tr, (N, G), n, wgt) in enumerate(launches):
         W = N * G
         remaining = a.budget_s - (time.time() - t0)
-        rem_w = sum(x[4] for x in launches[i:])
-        budget = remaining * wgt / rem_w if rem_w > 0 else remaining
-        if kind in ("profile", "microbench"):
-            budget = max(budget, min(40.0, 0.2 * remaining))  # cheap and needed: never starved by the weights
+        budget = launch_budget_s(kind, remaining, wgt, sum(x[4] for x in launches[i:]), len(models))
         net = tr == "socket" or N > 1
         if kind in ("sweep", "repeat"):
             m = n
