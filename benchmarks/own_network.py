@@ -21,40 +21,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ddpsim.calibration.calibrate import load_measurements  # noqa: E402
+from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_links  # noqa: E402
+from ddpsim.calibration.validate import validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = ("h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b", "h100x4-multinode-2026-11-26d",
              "h100x2-multinode-2026-11-26e")
-
-
-def _summary(campaign_dir: str, calibration_path: str) -> list[str]:
-    """The per-link-class rows of ``ddpsim validate`` (runs, mean, max, bias)."""
-    out = subprocess.run(
-        [sys.executable, "-m", "ddpsim", "validate", campaign_dir, "--calibration", calibration_path],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT}, check=False,
-    ).stdout
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("link class"))
-    rows = []
-    for line in lines[start + 2:]:
-        if not line.strip():
-            break
-        cells = line.split()
-        # "net 2x2  9  6.6  12.5  +6.6 ..." or "nvlink  9  11.4  19.3  +11.4 ..."
-        name_cells = 2 if cells[0] == "net" else 1
-        name = " ".join(cells[:name_cells])
-        runs, mean, worst, bias = cells[name_cells:name_cells + 4]
-        rows.append(f"{name:9s} {runs:>4s} runs  {mean:>5s}% mean  {worst:>5s}% max  bias {bias:>6s}%")
-    return rows
 
 
 def _with_reference_tree(own: dict, reference: dict) -> dict:
@@ -72,25 +51,32 @@ def _with_reference_tree(own: dict, reference: dict) -> dict:
     return own
 
 
+def _summary(campaign_dir: str, calibration: dict, label: str) -> list[str]:
+    """Per reported group (link class, network per shape) of the held-out runs: runs, mean, max, bias."""
+    result = validate([campaign_dir], calibration_from_dict(calibration, label))
+    rows = []
+    for group, runs in result.by_transport().items():
+        errors = [r.error_pct for r in runs]
+        mean = sum(abs(e) for e in errors) / len(errors)
+        rows.append(f"{group:9s} {len(runs):4d} runs  {mean:5.1f}% mean  {max(abs(e) for e in errors):5.1f}% max  "
+                    f"bias {sum(errors) / len(errors):+6.1f}%")
+    return rows
+
+
 def main() -> int:
     with open(os.path.join(ROOT, CALIBRATION), encoding="utf-8") as handle:
         reference = json.load(handle)
-    with tempfile.TemporaryDirectory() as tmp:
-        for campaign in CAMPAIGNS:
-            campaign_dir = os.path.join(ROOT, "validation", "data", campaign)
-            measurements = load_measurements([campaign_dir])
-            links = fit_links(measurements.samples)
-            variants = {"its own network": links,
-                        "own + M's tree": _with_reference_tree(links, reference["link_classes"])}
-            paths = {"M's network": os.path.join(ROOT, CALIBRATION)}
-            for label, link_classes in variants.items():
-                paths[label] = os.path.join(tmp, f"{campaign}-{len(paths)}.json")
-                with open(paths[label], "w", encoding="utf-8") as handle:
-                    json.dump(dict(reference, link_classes=link_classes), handle)
-            print(f"{campaign} ({len(measurements.samples)} all-reduce sizes of its own sweeps)")
-            for label, path in paths.items():
-                for row in _summary(campaign_dir, path):
-                    print(f"  {label:16s} {row}")
+    for campaign in CAMPAIGNS:
+        campaign_dir = os.path.join(ROOT, "validation", "data", campaign)
+        measurements = load_measurements([campaign_dir])
+        links = fit_links(measurements.samples)
+        variants = {"M's network": reference,
+                    "its own network": dict(reference, link_classes=links),
+                    "own + M's tree": dict(reference, link_classes=_with_reference_tree(links, reference["link_classes"]))}
+        print(f"{campaign} ({len(measurements.samples)} all-reduce sizes of its own sweeps)")
+        for label, calibration in variants.items():
+            for row in _summary(campaign_dir, calibration, f"{campaign}: {label}"):
+                print(f"  {label:16s} {row}")
     return 0
 
 

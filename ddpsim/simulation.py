@@ -100,10 +100,14 @@ def prepare(scenario: Scenario) -> Prepared:
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
+def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:
+    """Why a measured-only input is missing: the profile lacks it, or there is no profile at all."""
+    return f"the profile has no {profile_lacks}" if measured_in is not None else "compute is estimated, not profiled"
+
+
 def _lead_source(workload: Workload, measured_in: str | None) -> str:
     if workload.ddp_world1_lead_s is None:
-        why = ("the profile has no world-size-1 DDP lead" if measured_in is not None
-               else "compute is estimated, not profiled")
+        why = _unmeasured_why(measured_in, "world-size-1 DDP lead")
         return (f"the backward thread's lead over the GPU was not measured ({why}): charged in full, as if the "
                 "backward were host-bound")
     return (f"the first {workload.ddp_world1_lead_s * 1e3:.2f} ms of it per step hidden: the backward thread's lead "
@@ -112,8 +116,7 @@ def _lead_source(workload: Workload, measured_in: str | None) -> str:
 
 def _accumulate_source(workload: Workload, measured_in: str | None) -> str:
     if workload.backward_accumulate_s is None or workload.measured is None:
-        why = ("the profile has no backward into existing gradients" if measured_in is not None
-               else "compute is estimated, not profiled")
+        why = _unmeasured_why(measured_in, "backward into existing gradients")
         return f"not measured ({why}): each micro-step priced as the plain forward and backward"
     factor = accumulate_backward_factor(workload)
     clamped = (" (measured faster than the plain backward: noise, taken as 1x)"
@@ -195,8 +198,7 @@ def _reducer_charge(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> _Re
 def _per_rank_source(scenario: Scenario, workload: Workload, gpu: GPUSpec, measured_in: str | None) -> str:
     charge = _reducer_charge(scenario, workload, gpu)
     if charge is None:
-        where = ("the profile has no world-size-1 DDP timing" if measured_in is not None
-                 else "compute is estimated, not profiled")
+        where = _unmeasured_why(measured_in, "world-size-1 DDP timing")
         return f"not measured ({where}): only the bucket copies are priced"
     return (f"profile {measured_in}: DDP at world size 1 added {charge.measured_s * 1e3:.2f} ms to the plain step "
             f"({charge.which}; measured); {charge.charged_s * 1e3:.2f} ms of it charged on the gradients' hooks, "
@@ -316,7 +318,10 @@ def simulate(scenario: Scenario | Prepared) -> Result:
             yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
 
     base = _base_costs(prep, allreduce_time_s)
-    accumulate_factor = accumulate_backward_factor(prep.workload)
+    # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last one
+    # included, adds into the gradients already there
+    accumulating = sc.ddp.grad_accumulation_steps > 1
+    later_base = _accumulating(base, accumulate_backward_factor(prep.workload)) if accumulating else base
     sim = sc.simulation
     # identical ranks folded, ranks never the slowest dropped (ddpsim.ddp.fold says what is exact)
     factors = draw_factors(world, sim.iterations, sim.seed, sim.jitter_cv, sim.straggler_rank, sim.straggler_slowdown)
@@ -332,16 +337,13 @@ def simulate(scenario: Scenario | Prepared) -> Result:
 
     def rank_process(rank: int) -> Generator[Any, Any, None]:
         for step in range(sim.iterations):
-            costs = _scaled(base, plan.factors[rank][step])
-            # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last
-            # one included, adds into the gradients already there
-            accumulating = sc.ddp.grad_accumulation_steps > 1
-            later = _accumulating(costs, accumulate_factor) if accumulating else costs
+            factor = plan.factors[rank][step]
+            costs = _scaled(base, factor)
+            later = _scaled(later_base, factor) if accumulating else costs
             trace = RankTrace()
             for micro in range(sc.ddp.grad_accumulation_steps - 1):
                 yield from accumulation_micro_step(env, costs if micro == 0 else later, trace)
-            last_costs = later
-            yield from rank_step(env, step, last_costs, prep.buckets, bucket_of_param, rendezvous, trace)
+            yield from rank_step(env, step, later, prep.buckets, bucket_of_param, rendezvous, trace)
             traces[rank].append(trace)
 
     for rank in ranks:

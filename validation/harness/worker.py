@@ -130,6 +130,14 @@ def _sync_floor_s(device, n=20):
     return median(times)
 
 
+def _wait_for_gpu_s(device, floor_s):
+    """How long the host waits for the GPU from now, less one idle synchronize: called right after
+    ``loss.backward()`` returns, how far the backward thread ran ahead of the GPU."""
+    t0 = time.perf_counter()
+    synchronize(device)
+    return max(0.0, time.perf_counter() - t0 - floor_s)
+
+
 def profile_model(spec, device, iters=20, warmup=5):
     """World-size-1 times of one training step, and when each parameter's gradient is ready.
 
@@ -181,11 +189,9 @@ def profile_model(spec, device, iters=20, warmup=5):
             m1.record()  # backward start
             t0 = time.perf_counter()
             loss.backward()
-            t1 = time.perf_counter()
             if kind == "lead":
-                synchronize(device)
-                lead.append(max(0.0, time.perf_counter() - t1 - sync_floor_s))
-                host_bwd.append(t1 - t0)
+                host_bwd.append(time.perf_counter() - t0)
+                lead.append(_wait_for_gpu_s(device, sync_floor_s))
             m2.record()
             opt.step()
             m3.record()
@@ -442,11 +448,7 @@ class Runner:
                         self.timer.begin(m1)
                 loss.backward()
                 if last:
-                    lead_s = None
-                    if lead_floor_s is not None:
-                        t1 = time.perf_counter()
-                        synchronize(d)
-                        lead_s = max(0.0, time.perf_counter() - t1 - lead_floor_s)
+                    lead_s = _wait_for_gpu_s(d, lead_floor_s) if lead_floor_s is not None else None
                     m2.record()
         self.opt.step()
         m3.record()
