@@ -12,14 +12,25 @@ reports the mean and max |error| below and above 1 MiB, and for the default swee
 network's curves are fitted per protocol on those rows, with the base and intra-node hop latencies of
 the one-node fit (``fit._network_entry``). A held-out shape's NCCL table is not in the calibration (it
 carries the tables of the fitted shapes only), so its ``auto`` column is the model's own play of
-NCCL's tuning; the last section checks the choice with each shape's logged table.
+NCCL's tuning; the section after it checks the choice with each shape's logged table.
+
+The floor a prediction can be judged to is how well the measurement repeats itself. Each held-out line
+also scores the same sweep measured again as if it were the prediction (``as repeat`` columns): another
+launch on the same allocation for this campaign's sweeps, this campaign's sweep for another allocation's
+(what predicting with this campaign's measured numbers directly would score); ``-`` where none was
+measured. The last section gives the spread between every two sweeps of one multi-node shape and
+algorithm in ``validation/data/*multinode*`` (``spread_pct``), per kind of pair: two launches on one
+allocation, two allocations of one GPU type, or of two GPU types.
 """
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import sys
+from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -34,7 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
 # never-calibrated allocations whose sweeps of a shape this campaign also has are predicted from it
-OTHER_MACHINES = ("h100x2-multinode-2026-11-26e",)
+OTHER_MACHINES = ("h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26m")
 # (title, fitted shapes, held-out shapes, forced algorithms fitted, launch fitted ("": every launch),
 #  held-out sweeps: the forced algorithm reported (None: NCCL's default), or "any")
 SPLITS: tuple[tuple[str, set[str], set[str], tuple[str, ...], str, str | None], ...] = (
@@ -52,6 +63,56 @@ SPLITS: tuple[tuple[str, set[str], set[str], tuple[str, ...], str, str | None], 
 
 def _shape(record: dict[str, Any]) -> str:
     return f"{record['nodes']}x{record['gpus_per_node']}"
+
+
+def _load(data: str) -> list[dict[str, Any]]:
+    """The all-reduce sweeps of one campaign folder."""
+    with open(os.path.join(data, "allreduce.jsonl"), encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle if line.strip()]
+
+
+def _relative_pct(value: float, reference: float) -> float:
+    """|value / reference - 1| in percent: a prediction's error against its measurement."""
+    return abs(value / reference - 1) * 100
+
+
+def spread_pct(t1: float, t2: float) -> float:
+    """Spread of two measurements of one configuration in percent, symmetric: larger / smaller - 1, i.e.
+    exp|ln t1 - ln t2| - 1, the one-pair form of the launch spread ``ddpsim.calibration.validate.
+    launch_spread_pct`` gives from a fitted lognormal launch sigma (that function takes the sigma, not a
+    pair, so it is not called here). 100 and 120 us: 20%."""
+    return _relative_pct(max(t1, t2), min(t1, t2))
+
+
+def sweep_spreads(a: dict[str, Any], b: dict[str, Any],
+                  score: Callable[[float, float], float] = spread_pct) -> tuple[list[float], list[float]]:
+    """``score(a's time, b's time)`` at every size both sweeps measured: below 1 MiB, from 1 MiB."""
+    times_b = {row["bytes"]: row["time_us_median"] for row in b["rows"]}
+    small: list[float] = []
+    large: list[float] = []
+    for row in a["rows"]:
+        if row["bytes"] in times_b:
+            (large if row["bytes"] >= MIB else small).append(score(row["time_us_median"], times_b[row["bytes"]]))
+    return small, large
+
+
+def _pooled(spreads: list[tuple[list[float], list[float]]]) -> tuple[list[float], list[float]]:
+    """Several pairs' ``sweep_spreads`` pooled: every value below 1 MiB, every value from 1 MiB."""
+    return [x for small, _ in spreads for x in small], [x for _, large in spreads for x in large]
+
+
+def _mean_max(values: list[float], width: int = 8) -> str:
+    return f"{sum(values) / len(values):{width}.1f} / {max(values):6.1f}" if values else f"{'-':>{width + 9}s}"
+
+
+def _algorithm(record: dict[str, Any]) -> str:
+    return record.get("algorithm_forced") or "default"
+
+
+def _repeats(record: dict[str, Any], sweeps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The other sweeps of ``sweeps`` that measured ``record``'s shape and algorithm."""
+    return [r for r in sweeps if r is not record and r.get("status") == "ok" and _shape(r) == _shape(record)
+            and _algorithm(r) == _algorithm(record)]
 
 
 def _samples(record: dict[str, Any], path: str) -> list[AllReduceSample]:
@@ -83,9 +144,7 @@ def _agreement(calibration: Any, data: str) -> list[str]:
     """Per shape of ``data``'s default sweeps: how often ``auto`` names the algorithm and protocol
     NCCL logged, played from the calibration's model alone (no logged table) and with NCCL's logged
     table where the calibration carries one for that shape."""
-    path = os.path.join(data, "allreduce.jsonl")
-    with open(path, encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
+    records = _load(data)
     lines = []
     for record in records:
         if record.get("algorithm_forced") is not None:
@@ -103,9 +162,10 @@ def _agreement(calibration: Any, data: str) -> list[str]:
     return lines
 
 
-def _predicted_line(calibration: Any, record: dict[str, Any]) -> str:
-    """One held-out sweep: mean / max |error| below and from 1 MiB, and (NCCL's default sweeps) how often
-    ``auto`` names the algorithm and protocol NCCL logged."""
+def _predicted_line(calibration: Any, record: dict[str, Any], repeats: list[dict[str, Any]], where: str) -> str:
+    """One held-out sweep: mean / max |error| below and from 1 MiB, (NCCL's default sweeps) how often
+    ``auto`` names the algorithm and protocol NCCL logged, and the same |error| of ``repeats`` (the same
+    sweep measured again, on ``where``) taken as the prediction."""
     model, floor_s = _model(calibration, record)
     forced = record.get("algorithm_forced")
     small: list[float] = []
@@ -114,23 +174,53 @@ def _predicted_line(calibration: Any, record: dict[str, Any]) -> str:
     for row in record["rows"]:
         algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
         predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)
-        error = abs(predicted / (row["time_us_median"] * 1e-6) - 1) * 100
+        error = _relative_pct(predicted, row["time_us_median"] * 1e-6)
         (large if row["bytes"] >= MIB else small).append(error)
         agree += (algorithm, protocol) == (str(row.get("nccl_algo", "")).lower(), str(row.get("nccl_proto", "")).lower())
     label = f"  {_shape(record)} ({record['launch_id']})"
     share = f"{agree}/{len(record['rows'])}" if forced is None else "-"
-    return (f"{label:58s} {forced or 'default':9s} {sum(small) / len(small):8.1f} / {max(small):6.1f}"
-            f" {sum(large) / len(large):9.1f} / {max(large):6.1f} {share:>11s}")
+    repeat_small, repeat_large = _pooled([sweep_spreads(repeat, record, _relative_pct) for repeat in repeats])
+    return (f"{label:58s} {forced or 'default':9s} {_mean_max(small)} {_mean_max(large, 9)} {share:>11s}"
+            f" {_mean_max(repeat_small, 9)} {_mean_max(repeat_large, 10)}  {where if repeats else '-'}")
+
+
+PAIR_KINDS = ("same allocation", "other allocation, same GPU", "other allocation, other GPU")
+
+
+def _gpu(record: dict[str, Any]) -> str:
+    return str((record.get("fingerprint") or {}).get("gpu_name", "?"))
+
+
+def spread_table(sweeps: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    """Per multi-node (shape, algorithm) measured more than once and kind of pair: how many pairs of sweeps,
+    and the mean / max over pairs and sizes of ``spread_pct`` below and from 1 MiB. ``sweeps`` are
+    (allocation, record): the folder names the allocation."""
+    by_sweep: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = defaultdict(list)
+    for allocation, record in sweeps:
+        if record["nodes"] > 1 and record.get("status") == "ok":
+            by_sweep[(_shape(record), _algorithm(record))].append((allocation, record))
+    pairs: dict[tuple[str, str, int], list[tuple[list[float], list[float]]]] = defaultdict(list)
+    for (shape, algorithm), group in by_sweep.items():
+        for i, (allocation_a, a) in enumerate(group):
+            for allocation_b, b in group[i + 1:]:
+                kind = 0 if allocation_a == allocation_b else 1 if _gpu(a) == _gpu(b) else 2
+                pairs[(shape, algorithm, kind)].append(sweep_spreads(a, b))
+    lines = []
+    for (shape, algorithm, kind), spreads in sorted(pairs.items()):
+        small, large = _pooled(spreads)
+        lines.append(f"  {shape:5s} {algorithm:9s} {PAIR_KINDS[kind]:28s} {len(spreads):5d}"
+                     f" {_mean_max(small)} {_mean_max(large, 9)}")
+    return lines
 
 
 def main(argv: list[str]) -> int:
     data = argv[0] if argv else DEFAULT_DATA
     path = os.path.join(data, "allreduce.jsonl")
-    with open(path, encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
+    records = _load(data)
     one_node = [s for r in records if r["nodes"] == 1 and r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
     print(f"data: {data}\n")
-    print(f"{'split / held-out shape':58s} {'algorithm':9s} {'<1 MiB mean/max %':>18s} {'>=1 MiB mean/max %':>19s} {'auto = NCCL':>11s}")
+    print(f"{'split / held-out shape':58s} {'algorithm':9s} {'<1 MiB mean/max %':>18s} {'>=1 MiB mean/max %':>19s} {'auto = NCCL':>11s}"
+          f" {'as repeat <1 MiB':>18s} {'as repeat >=1 MiB':>19s}  repeat measured on")
     for title, train, test, algorithms, launch, reported in SPLITS:
         def is_fitted(r: dict[str, Any], train: set[str] = train, algorithms: tuple[str, ...] = algorithms,
                       launch: str = launch) -> bool:
@@ -145,7 +235,7 @@ def main(argv: list[str]) -> int:
                 continue  # a fitted sweep (or launch) is never reported as a prediction
             if reported != "any" and record.get("algorithm_forced") != reported:
                 continue
-            print(_predicted_line(calibration, record))
+            print(_predicted_line(calibration, record, _repeats(record, records), "this allocation"))
     # the same shape on another machine: the 2x1 network fitted on this campaign's 2x1 sweeps (forced
     # Ring and Tree) predicts every 2x1 sweep of a never-calibrated 2 x H100 allocation
     fitted = [s for r in records if _shape(r) == "2x1" and r.get("algorithm_forced") in ("ring", "tree")
@@ -153,14 +243,13 @@ def main(argv: list[str]) -> int:
     if fitted:
         calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, "2x1")
         for other in OTHER_MACHINES:
-            other_path = os.path.join(ROOT, "validation", "data", other, "allreduce.jsonl")
-            if not os.path.isfile(other_path):
+            other_path = os.path.join(ROOT, "validation", "data", other)
+            if not os.path.isfile(os.path.join(other_path, "allreduce.jsonl")):
                 continue
             print(f"fit 2x1 (Ring + Tree) here, predict the 2x1 sweeps of {other}")
-            with open(other_path, encoding="utf-8") as handle:
-                for record in (json.loads(line) for line in handle if line.strip()):
-                    if _shape(record) == "2x1":
-                        print(_predicted_line(calibration, record))
+            for record in _load(other_path):
+                if _shape(record) == "2x1":
+                    print(_predicted_line(calibration, record, _repeats(record, records), os.path.basename(data)))
     # NCCL's tuning table is printed at communicator init, before any timed call: carrying it is not
     # fitting to the held-out timings. The calibration fitted on every sweep's forced Ring rows (the
     # shapes' tables with it) is checked on the default sweeps here and on the never-calibrated H100
@@ -173,6 +262,16 @@ def main(argv: list[str]) -> int:
             print(f"\nauto = NCCL's logged choice, default sweeps of {os.path.relpath(campaign, ROOT)} "
                   f"(calibration: forced-Ring sweeps of every shape of {os.path.basename(data)}):")
             print("\n".join(_agreement(calibration, campaign)))
+    folders = sorted({os.path.abspath(data), *glob.glob(os.path.join(ROOT, "validation", "data", "*multinode*"))})
+    sweeps = [(os.path.basename(f), r) for f in folders if os.path.isfile(os.path.join(f, "allreduce.jsonl"))
+              for r in _load(f)]
+    print("\nmeasured spread of the same sweep (larger / smaller - 1 per size, two sweeps of one shape and "
+          "algorithm;\nmean and max over pairs and sizes; the folder names the allocation):")
+    for allocation in sorted({a for a, _ in sweeps}):
+        print(f"  {allocation}: {_gpu(next(r for a, r in sweeps if a == allocation))}")
+    print(f"  {'shape':5s} {'algorithm':9s} {'pair':28s} {'pairs':>5s} {'<1 MiB mean/max %':>17s}"
+          f" {'>=1 MiB mean/max %':>18s}")
+    print("\n".join(spread_table(sweeps)))
     return 0
 
 

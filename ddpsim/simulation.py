@@ -83,7 +83,9 @@ def prepare(scenario: Scenario) -> Prepared:
         topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
     collectives = CollectiveModel(topology, protocol_table)
     measured_in = workload.measured.source if workload.measured is not None else None
-    sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency),
+    measured_how = workload.measured.how if workload.measured is not None else ""
+    sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
+                                         measured_how),
                **calibrated.sources}
     if scenario.cluster.world_size > 1:
         sources["DDP's per-rank work"] = _per_rank_source(scenario, workload, gpu, measured_in)

@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from validation.harness import common, models, worker  # noqa: E402
+from validation.harness import campaign, common, models, worker  # noqa: E402
 
 
 def _n(model):
@@ -159,7 +159,6 @@ def test_plan_configs_priority():
 
 
 def test_campaign_transport_env():
-    from validation.harness import campaign
 
     env = campaign.launch_env("socket", ["0", "1"])
     assert env["NCCL_P2P_DISABLE"] == "1" and env["NCCL_SHM_DISABLE"] == "1"
@@ -176,8 +175,11 @@ def test_committed_data_schema():
         p = os.path.join(here, d, "profiles")
         if not os.path.isdir(p):
             continue
-        for fn in os.listdir(p):
-            prof = json.load(open(os.path.join(p, fn)))
+        ranks = os.path.join(p, "ranks")  # each rank's own profile where every GPU profiled at once
+        files = [os.path.join(p, fn) for fn in os.listdir(p) if fn.endswith(".json")]
+        files += [os.path.join(ranks, fn) for fn in os.listdir(ranks)] if os.path.isdir(ranks) else []
+        for path in files:
+            prof = json.load(open(path))
             assert prof["schema"] == "ddpsim.profile/1"
             assert prof["iterations"] >= 10
             assert sorted(x["ready_order"] for x in prof["params"]) == list(range(len(prof["params"])))
@@ -199,7 +201,6 @@ def _fill_results(d):
 
 
 def test_campaign_refuses_dir_with_results(tmp_path, capsys):
-    from validation.harness import campaign
 
     _fill_results(tmp_path)
     before = sorted(p.name for p in tmp_path.iterdir())
@@ -210,7 +211,6 @@ def test_campaign_refuses_dir_with_results(tmp_path, capsys):
 
 
 def test_campaign_fresh_removes_only_harness_results(tmp_path, monkeypatch, capsys):
-    from validation.harness import campaign
 
     _fill_results(tmp_path)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
@@ -262,6 +262,9 @@ def test_ddp_world1_times_the_reducer_on_one_rank():
     assert rows[3]["status"] == "failed" and "BF16" in rows[3]["error"]
     assert rows[0]["nosync_step_s"] > 0 and "nosync_step_s" not in rows[1]  # no_sync micro-steps of plain DDP
     assert rows[0]["backward_host_lead_s"] < 1e-3 and "backward_host_lead_s" not in rows[1]  # the lead under DDP
+    # each row alternated DDP and plain steps of the same model: its charge is the median pair difference
+    for r in ok:
+        assert r["plain_step_s"] > 0 and abs(r["ddp_minus_plain_s"]) < max(r["step_s"], r["plain_step_s"])
     torch.distributed.destroy_process_group()
 
 
@@ -294,13 +297,70 @@ def test_every_rank_reports_its_own_medians(free_port, tmp_path):
 
 
 def test_the_profile_launch_gets_what_its_models_need():
-    from validation.harness import campaign
 
-    # five models, 200 s left, the profile's small weight against two sweep launches: 5 x 13 s + 10 s
-    assert campaign.launch_budget_s("profile", 200.0, 0.35, 2.35, 5) == 75.0
+    # five models, 400 s left, the profile's small weight against two sweep launches: 5 x 25 s + 10 s
+    assert campaign.launch_budget_s("profile", 400.0, 0.35, 2.35, 5) == 135.0
     # never more than half of what is left, never less than its weighted share
     assert campaign.launch_budget_s("profile", 100.0, 0.35, 2.35, 5) == 50.0
     assert campaign.launch_budget_s("profile", 1000.0, 2.0, 2.35, 1) == 1000.0 * 2.0 / 2.35
     # a sweep gets its weighted share, the microbench at least 40 s where it can
     assert campaign.launch_budget_s("sweep", 200.0, 1.0, 2.0, 5) == 100.0
     assert campaign.launch_budget_s("microbench", 300.0, 0.2, 4.0, 5) == 40.0
+
+
+def test_the_slowest_rank_profile_is_kept_with_every_rank_beside_it():
+    profiles = [{"status": "ok", "step_s": 0.030, "forward_s": 0.01, "backward_s": 0.015, "optimizer_s": 0.005},
+                {"status": "failed", "error": "CUDA error"},
+                {"status": "ok", "step_s": 0.041, "forward_s": 0.012, "backward_s": 0.024, "optimizer_s": 0.005}]
+    chosen = worker.slowest_rank_profile(profiles)
+    assert chosen["step_s"] == 0.041 and chosen["concurrent"]["profiled_rank"] == 2
+    assert chosen["concurrent"]["ranks"] == 3
+    assert [r["step_s"] for r in chosen["concurrent"]["per_rank"]] == [0.030, None, 0.041]
+    assert "concurrent" not in profiles[2]  # the rank's own profile is left as measured
+    assert worker.slowest_rank_profile([{"status": "failed"}]) is None
+
+
+def test_the_profile_launch_runs_every_gpu_at_once(tmp_path, monkeypatch):
+    """Two CPU ranks profile the same model at the same time; the kept profile is the one of the rank whose
+    own file (profiles/ranks/) has the longer step, and its world-size-1 DDP ran on that rank's own group."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "camp"
+    rc = campaign.main(["--out", str(out), "--cpu-slots", "2", "--world-sizes", "2", "--transports", "nvlink",
+                        "--profile-gpus", "0",
+                        "--models", "tiny-mlp", "--caps", "25", "--skip-ddp", "--skip-allreduce", "--quick",
+                        "--budget-s", "120"])
+    assert rc == 0
+    kept = json.loads((out / "profiles" / "tiny-mlp.json").read_text())
+    ranks = [json.loads((out / "profiles" / "ranks" / f"tiny-mlp.r{r}.json").read_text()) for r in (0, 1)]
+    slowest = max((0, 1), key=lambda r: ranks[r]["step_s"])
+    assert kept["concurrent"]["profiled_rank"] == slowest and kept["step_s"] == ranks[slowest]["step_s"]
+    assert kept["params"] == ranks[slowest]["params"]
+    assert kept["fingerprint"]["profile_ranks"] == 2 and kept["launch_id"] == "profile_w2_0"
+    assert [r["status"] for r in kept["ddp_world1"]][:3] == ["ok", "ok", "ok"]
+
+
+def _hook_on_own_group(rank, port, out_path):
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        own = [dist.new_group([r]) for r in range(2)][rank]
+        r = worker.Runner(models.MODELS["tiny-mlp"], 25, "fp16", torch.device("cpu"), 1, group=own)
+        r.opt.zero_grad(set_to_none=True)
+        r.spec.loss(r.ddp, r.batch).backward()
+        ddp_grads = [p.grad.clone() for p in r.model.parameters()]
+        r.model.zero_grad(set_to_none=True)
+        r.spec.loss(r.model, r.batch).backward()  # the module alone: no DDP, no hook
+        same = all(torch.allclose(a, p.grad, rtol=2e-3, atol=1e-5) for a, p in zip(ddp_grads, r.model.parameters(), strict=True))
+        with open(f"{out_path}.{rank}", "w") as handle:
+            json.dump(same, handle)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_a_world1_hook_all_reduces_on_its_own_group(free_port, tmp_path):
+    # the concurrent profile's world-size-1 DDP beside another rank: the fp16 hook must reduce over the rank's
+    # own group (its gradient is its own, up to fp16 rounding), not average with the other rank's batch
+    out = tmp_path / "same"
+    torch.multiprocessing.spawn(_hook_on_own_group, args=(free_port, str(out)), nprocs=2, join=True)
+    assert json.loads((tmp_path / "same.0").read_text()) and json.loads((tmp_path / "same.1").read_text())

@@ -159,3 +159,43 @@ def test_world1_ddp_cost_lengthens_a_gradient_as_bucket_view_step_by_at_most_its
     after, sources = step_s(with_cost)
     assert 0.9 * extra_s <= after - before <= extra_s + 1e-9
     assert "4.00 ms" in sources["DDP's per-rank work"]
+
+
+def test_a_profile_taken_on_every_gpu_at_once_says_whose_times_it_holds(tmp_path):
+    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.simulation import prepare, simulate
+
+    data = dict(PROFILE, concurrent={"ranks": 2, "profiled_rank": 1, "per_rank": []})
+    path = write(tmp_path, data)
+    assert load_profile(path).measured.how == "rank 1 of 2 GPUs profiled at once, the slowest"
+    assert load_profile(write(tmp_path, PROFILE, "alone.json")).measured.how == ""
+    scenario = scenario_from_dict({"cluster": {"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 2},
+                                   "workload": {"model": f"profile:{path}", "batch_size": 4},
+                                   "simulation": {"iterations": 2}})
+    sources = simulate(prepare(scenario)).value_sources
+    assert sources["compute"] == f"profile {path} (measured; rank 1 of 2 GPUs profiled at once, the slowest)"
+
+
+@pytest.mark.parametrize("block, field", [({"ranks": 2, "profiled_rank": 2}, "concurrent.profiled_rank"),
+                                          ({"ranks": "2", "profiled_rank": 0}, "concurrent.ranks"),
+                                          ([1], "concurrent")])
+def test_a_bad_concurrent_block_is_named(tmp_path, block, field):
+    with pytest.raises(ScenarioError) as err:
+        load_profile(write(tmp_path, dict(PROFILE, concurrent=block)))
+    assert err.value.field == field
+
+
+def test_paired_world1_rows_charge_their_own_pairs_difference(tmp_path):
+    data = copy.deepcopy(PROFILE)  # the profile's own step: 4.5 ms
+    data["ddp_world1"] = [
+        # DDP and plain steps taken in turn: 9.0 ms against 8.0 ms at the same moments, a 1.0 ms charge,
+        # where the profile's earlier step (4.5 ms) would give 4.5 ms
+        {"bucket_cap_mb": 25, "variant": "none", "step_s": 0.0090, "plain_step_s": 0.0080, "ddp_minus_plain_s": 0.0010},
+        # a pair median below zero is noise: charged as 0, and not refused
+        {"bucket_cap_mb": 25, "variant": "gbv", "step_s": 0.0079, "plain_step_s": 0.0080, "ddp_minus_plain_s": -0.0001},
+    ]
+    assert load_profile(write(tmp_path, data)).ddp_world1_extra_s == pytest.approx({"none": 0.0010, "gbv": 0.0})
+    data["ddp_world1"][0]["ddp_minus_plain_s"] = float("nan")
+    with pytest.raises(ScenarioError) as err:
+        load_profile(write(tmp_path, data))
+    assert err.value.field == "ddp_world1[0].ddp_minus_plain_s"

@@ -60,6 +60,8 @@ class MeasuredTimes:
     grad_ready_s: dict[str, float]
     ready_order: tuple[str, ...]
     source: str = ""
+    # how the times were taken where it matters to the reader, e.g. "rank 1 of 2 GPUs profiled at once"
+    how: str = ""
 
 
 @dataclass(frozen=True)

@@ -69,8 +69,8 @@ class _World1:
 
 
 def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
-    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``), the bucket
-    cap it was measured at, and the backward thread's lead over the GPU under plain DDP: the
+    """What DDP at world size 1 adds to the plain step, per variant (``WORLD1_VARIANTS``; from steps
+    alternated with plain ones where the row has them), the bucket cap it was measured at, and the backward thread's lead over the GPU under plain DDP: the
     harness's ``ddp_world1`` rows (medians over their caps), against the profile's own step.
     Optional: nothing measured without rows."""
     rows = root.get("ddp_world1", (list,), "a list of {bucket_cap_mb, variant, step_s}", optional=True) or []
@@ -89,7 +89,12 @@ def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
             raise rec.error("variant", f"expected one of {', '.join(WORLD1_VARIANTS)}, got {variant!r}")
         seconds = rec.seconds("step_s")
         assert seconds is not None
-        by_variant.setdefault(variant, []).append(seconds - step_s)
+        # rows that alternated DDP and plain steps carry the median of each pair's difference: both sides
+        # then saw the same moments of the host; older rows are set against the profile's own step
+        paired = rec.get("ddp_minus_plain_s", (int, float), "seconds (a difference, may be < 0)", optional=True)
+        if paired is not None and not math.isfinite(paired):
+            raise rec.error("ddp_minus_plain_s", f"expected a finite number of seconds, got {paired!r}")
+        by_variant.setdefault(variant, []).append(paired if paired is not None else seconds - step_s)
         caps.append(float(rec.get("bucket_cap_mb", (int, float), "MB")))
         lead = rec.seconds("backward_host_lead_s", optional=True)
         if lead is not None and variant == "none":
@@ -97,6 +102,20 @@ def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
     # never negative: a world-size-1 DDP step faster than the plain one is the profile's noise, not a gain
     extra = {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
     return _World1(extra, float(median(caps)) if caps else None, float(median(leads)) if leads else None)
+
+
+def _concurrent_how(root: _Fields) -> str:
+    """Where every GPU of the host profiled at once (the harness's profile launch under torchrun), which
+    rank's times these are: the slowest's, what a DDP step waits for. Empty for a one-GPU profile."""
+    block = root.get("concurrent", (dict,), "an object with ranks and profiled_rank", optional=True)
+    if block is None:
+        return ""
+    sub = _Fields(root.path, block, prefix="concurrent.")
+    ranks = sub.get("ranks", (int,), "the number of GPUs profiled at once")
+    rank = sub.get("profiled_rank", (int,), "the rank whose times these are")
+    if ranks < 1 or not 0 <= rank < ranks:
+        raise sub.error("profiled_rank", f"expected a rank in 0..{ranks - 1}, got {rank}")
+    return f"rank {rank} of {ranks} GPUs profiled at once, the slowest"
 
 
 def load_profile(path: str) -> Workload:
@@ -173,6 +192,7 @@ def load_profile(path: str) -> Workload:
         grad_ready_s=ready_s,
         ready_order=tuple(name for _, name in sorted(fired)),
         source=path,
+        how=_concurrent_how(root),
     )
     notes = [f"profile:{path}"]
     fingerprint = raw_params and root.data.get("fingerprint")

@@ -41,8 +41,10 @@ ALWAYS_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", 
 TRANSPORT_WEIGHT = {"nvlink": 1.0, "shm": 1.3, "socket": 2.2}
 # what the profile launch needs per model, its world-size-1 DDP rows included: five models took 54-62 s on
 # 4 x H100 (validation/data/h100x4-options-2026-11-26f, -g); 36-43 s profiled only 3 or 4 of them (-f-w2, -h,
-# h100x2-ranks-2026-11-26k), and the runs of a model without a profile cannot be predicted
-PROFILE_S_PER_MODEL = 13.0
+# h100x2-ranks-2026-11-26k), and the runs of a model without a profile cannot be predicted. With every GPU
+# profiling at once, five models took 81-105 s on 2 x H100 (h100x2-profiles-2026-11-26l, -m), and the
+# world-size-1 DDP rows now alternate DDP and plain steps (twice the steps)
+PROFILE_S_PER_MODEL = 25.0
 
 
 def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
@@ -318,6 +320,10 @@ def main(argv=None):
     ap.add_argument("--repeat-only", action="store_true", help="only the repeat launches (append to DIR)")
     ap.add_argument("--launch-index-base", type=int, default=0, help="first launch number (ids <...>_<n>)")
     ap.add_argument("--no-profile", action="store_true")
+    ap.add_argument("--profile-gpus", type=int, default=1,
+                    help="GPUs that profile every model at once, the slowest rank's profile kept (0: as many as "
+                         "the campaign's largest shape uses). Default 1, one GPU alone: on three 2 x H100 "
+                         "allocations profiling at once predicted no better (benchmarks/concurrent_profile.py)")
     ap.add_argument("--microbench", action="store_true", help="one micro-benchmark launch (largest world, nvlink)")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
@@ -372,7 +378,8 @@ def main(argv=None):
     launches = []
     if not a.no_profile and not a.repeat_only and gpus:
         # small weight: launch_budget_s gives the profile launch what its models need
-        launches.append(("profile", "none", (1, 1), 0, 0.1 + 0.05 * len(models)))
+        n_prof = a.profile_gpus or max([s[0] * s[1] for s in shapes_ok] or [1])
+        launches.append(("profile", "none", (1, min(n_prof, len(gpus))), 0, 0.1 + 0.05 * len(models)))
     units = []
     for shp in shapes_ok:
         trs = ["socket"] if (shp[1] == 1 and shp[0] > 1) else transports
@@ -425,7 +432,7 @@ def main(argv=None):
                          "nodes_emulated": N > 1,
                          "inter_node_transport": "socket" if N > 1 else None}
         else:
-            lid = {"profile": "profile_w1_0", "microbench": f"microbench_w{W:d}_{n:d}"}[kind]
+            lid = {"profile": f"profile_w{W:d}_0", "microbench": f"microbench_w{W:d}_{n:d}"}[kind]
             keys, miss_base = [], {}
         if remaining < 20 or budget < 15:
             print(f"[campaign] out of budget: skipping {kind} {lid}", flush=True)
@@ -433,11 +440,15 @@ def main(argv=None):
                 record_missing(out, lid, miss_base, keys, "not run: campaign budget exhausted before this launch")
             continue
         if kind == "profile":
-            cmd = [sys.executable, "-m", worker_mod, "--mode", "profile", "--out", out, "--launch-id", lid,
-                   "--budget-s", str(budget - 10)] + common_args
+            # several GPUs: under torchrun, each rank profiles the same model at the same time, so the host
+            # runs as many processes as in the DDP launches that follow
+            runner = [sys.executable] if W == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                                      f"--nproc_per_node={W:d}"]
+            cmd = runner + ["-m", worker_mod, "--mode", "profile", "--out", out, "--launch-id", lid,
+                            "--budget-s", str(budget - 10)] + common_args
             if a.quick:
                 cmd += ["--quick", "--profile-iters", "3"]
-            env = launch_env("nvlink", gpus[:1])
+            env = launch_env("nvlink", gpus[:W])
         elif kind == "microbench":
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
                    "-m", worker_mod, "--mode", "microbench", "--out", out, "--transport", tr, "--launch-id", lid,

@@ -12,7 +12,9 @@ sweep mode (one process group for the launch, plus one per forced NCCL algorithm
       measured in interleaved rounds (A B C A B C), the reference configuration at the start and at the end
       of the launch -> ddp_runs.jsonl
 microbench mode: microbench.jsonl (see microbench.py)
-profile mode (world size 1, no process group): profiles/<model>.json
+profile mode: profiles/<model>.json.  As a plain process: one GPU alone, no process group.  Under torchrun with
+  W ranks: every GPU profiles the same model at once (as in a DDP step, the host runs W processes), each
+  rank's profile under profiles/ranks/, the slowest rank's as profiles/<model>.json
 
 Only rank 0 writes.  Everything uses RANK/WORLD_SIZE/LOCAL_RANK from torchrun, nothing assumes one host.
 Device-agnostic: on a machine without CUDA it runs on CPU with gloo and perf_counter timing.
@@ -279,7 +281,7 @@ class BucketTimer:
         cpu = time.perf_counter()
         buf = bucket.buffer()
         buf.div_(self.W)
-        fut = dist.all_reduce(buf, async_op=True).get_future()
+        fut = dist.all_reduce(buf, group=state, async_op=True).get_future()
         if not self.active:
             return fut.then(lambda f: f.value()[0])
         idx = bucket.index()
@@ -386,7 +388,7 @@ class Runner:
     """One live DDP configuration: model, DDP wrapper with its options, optimizer, batch.  Kept alive while
     its group is measured so that rounds can be interleaved without rebuilding."""
 
-    def __init__(self, spec, cap, variant, device, W, seed=0):
+    def __init__(self, spec, cap, variant, device, W, seed=0, group=None):
         from torch.nn.parallel import DistributedDataParallel as DDP
 
         self.spec, self.cap, self.variant, self.device, self.W = spec, cap, variant, device, W
@@ -403,17 +405,18 @@ class Runner:
                   static_graph=self.opts["static_graph"])  # broadcast_buffers: default True
         if device.type == "cuda":
             kw["device_ids"] = [device.index]
-        self.ddp = DDP(model, **kw)
+        self.ddp = DDP(model, process_group=group, **kw)
         self.model = model
         self.timer = None
         if self.opts["timing_hook"]:
             self.timer = BucketTimer(W, device, index_of_param)
-            self.ddp.register_comm_hook(None, self.timer.hook)
+            # the hook's state is the group its all-reduce runs on (None: the default group)
+            self.ddp.register_comm_hook(group, self.timer.hook)
         elif self.opts["comm_hook"]:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
             hook = {"fp16": default_hooks.fp16_compress_hook, "bf16": default_hooks.bf16_compress_hook}
-            self.ddp.register_comm_hook(None, hook[self.opts["comm_hook"]])
+            self.ddp.register_comm_hook(group, hook[self.opts["comm_hook"]])
         self.opt = spec.make_optimizer(self.ddp.parameters())
         self.batch = spec.make_batch(device, seed=1234 + rank)
         self.rounds = []
@@ -603,11 +606,11 @@ class Runner:
 
 
 def ddp_run(spec, cap, device, W, warmup=3, steps=10, nosync_steps=10, comm_hook=None, seed=0, variant=None,
-            lead_steps=0):
+            lead_steps=0, group=None):
     """One configuration measured in one round (the pre-interleaving API; comm_hook='timing' = variant 'timing')."""
     if variant is None:
         variant = "timing" if comm_hook == "timing" else (comm_hook or "none")
-    r = Runner(spec, cap, variant, device, W, seed)
+    r = Runner(spec, cap, variant, device, W, seed, group=group)
     try:
         r.warmup(warmup)
         r.measure_round(steps, 0, "round", 0, time.perf_counter())
@@ -952,13 +955,73 @@ def _world1_group(device):
                             rank=0, world_size=1, timeout=datetime.timedelta(seconds=120), **kw)
 
 
-def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), steps=20, warmup=3):
+class _PlainStep:
+    """The model without DDP, stepped in turn with a DDP instance of it: both then see the same moments of
+    the host, whose speed drifts within a launch (a launch-bound model's compute moved 1.45x between
+    launches minutes apart on one 2 x H100 allocation, h100x2-profiles-2026-11-26m)."""
+
+    def __init__(self, spec, device):
+        torch.manual_seed(0)
+        with torch.device(device):
+            self.model = spec.build()
+        self.model.train()
+        self.spec, self.device = spec, device
+        self.opt = spec.make_optimizer(list(self.model.parameters()))
+        self.batch = spec.make_batch(device)
+
+    def step(self):
+        m0, m1 = Marker(self.device), Marker(self.device)
+        m0.record()
+        self.opt.zero_grad(set_to_none=True)
+        self.spec.loss(self.model, self.batch).backward()
+        self.opt.step()
+        m1.record()
+        synchronize(self.device)
+        return m1.seconds_since(m0)
+
+
+def _paired_world1_row(spec, cap, variant, device, steps, warmup, nosync, lead, group):
+    """One ``ddp_world1`` row: DDP steps at world size 1 alternated with plain steps of the same model
+    (D P D P ...). What DDP adds is the median of each pair's difference, not the difference of two
+    medians taken at different times: on allocation m the profile's plain step and its DDP rows, timed one
+    after the other, put 7.8 ms of DDP work on LN-MLP-64 whose 2-GPU DDP step was 1.5 ms over its compute."""
+    r = Runner(spec, cap, variant, device, 1, group=group)
+    twin = _PlainStep(spec, device)
+    try:
+        r.warmup(warmup)
+        for _ in range(warmup):
+            twin.step()
+        ddp_s, plain_s = [], []
+        for _ in range(steps):
+            ddp_s.append(r._one_step()["step"])
+            plain_s.append(twin.step())
+        r.measure_nosync(nosync)
+        lead_s = r.measure_lead(lead)
+    finally:
+        r.close()
+        del twin
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    row = {"bucket_cap_mb": cap, "variant": variant, "status": "ok", "step_s": median(ddp_s),
+           "step_s_p10": quantile(ddp_s, 0.1), "step_s_p90": quantile(ddp_s, 0.9), "steps": len(ddp_s),
+           "plain_step_s": median(plain_s), "ddp_minus_plain_s": median([d - p for d, p in zip(ddp_s, plain_s, strict=True)])}
+    if nosync:
+        row["nosync_step_s"] = median(r.nosync["step"])
+    if lead_s is not None:
+        row["backward_host_lead_s"] = lead_s
+    return row
+
+
+def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), steps=20, warmup=3, group=None):
     """DDP's own per-rank cost on this host: the model wrapped in DDP at world size 1 (its reducer hooks,
-    bucket copies, the launch of each bucket's one-rank all-reduce) against the plain step of the same
-    profile; with a compression hook also the hook's own work on the backward thread (cast, ``div_``,
+    bucket copies, the launch of each bucket's one-rank all-reduce) against plain steps of the same model
+    taken in turn with them; with a compression hook also the hook's own work on the backward thread (cast, ``div_``,
     ``fut.then``), whose cost per bucket moves with the host as much as the reducer's does. Nothing crosses a link, so what it adds is the work every rank of a larger job does too;
-    on a launch-bound model it is host time on the backward thread, which differs between machines."""
-    _world1_group(device)
+    on a launch-bound model it is host time on the backward thread, which differs between machines.
+    ``group``: this rank's own one-rank group when every GPU's profile runs at once (None: the default group,
+    started here at world size 1)."""
+    if group is None:
+        _world1_group(device)
     out = []
     for cap in caps:
         for variant in variants:
@@ -970,71 +1033,141 @@ def ddp_world1(spec, device, caps, variants=("none", "gbv", "fp16", "bf16"), ste
                 # comm hook's host work uses up before it delays the GPU (4 x H100 "g": BERT-large 4.5 ms
                 # without DDP, 0.5 ms with it; GPT-2 6.7 and 6.8 ms)
                 lead = steps // 2 if variant == "none" else 0
-                rec = ddp_run(spec, cap, device, 1, warmup=warmup, steps=steps, nosync_steps=nosync, variant=variant,
-                              lead_steps=lead)
+                row = _paired_world1_row(spec, cap, variant, device, steps, warmup, nosync, lead, group)
             except Exception as e:  # noqa: BLE001 - e.g. the bf16 hook needs NCCL: recorded, the others go on
                 out.append({"bucket_cap_mb": cap, "variant": variant, "status": "failed", "error": repr(e)[:300]})
                 continue
-            row = {"bucket_cap_mb": cap, "variant": variant, "status": "ok", "step_s": rec["step_s_median"],
-                   "step_s_p10": rec["step_s_p10"], "step_s_p90": rec["step_s_p90"], "steps": len(rec["step_times_s"])}
-            if nosync:
-                row["nosync_step_s"] = rec["nosync_step_s_median"]
-            if rec.get("backward_host_lead_s") is not None:
-                row["backward_host_lead_s"] = rec["backward_host_lead_s"]
             out.append(row)
     return out
 
 
+def _concurrent_group(device):
+    """Under torchrun with several ranks: a gloo process group that starts every rank's profile of a model
+    together and gathers the results, and this rank's own one-rank group for its world-size-1 DDP.  None
+    for the one-process profile."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return None
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=900))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    # every rank creates every group, in the same order (new_group is a collective of the default group)
+    groups = [dist.new_group([r], backend=backend) for r in range(dist.get_world_size())]
+    return groups[dist.get_rank()]
+
+
+def _profile_one(a, spec, device, fp, ddp_caps, warm, own_group):
+    """One model's profile on this rank (and its world-size-1 DDP rows)."""
+    if warm and not a.quick:
+        # the launch's first model once untimed: on the third 4 x H100 allocation the first
+        # profile (ResNet-50) ran its forward at 20 ms against 13 ms on two others, slower than
+        # its own DDP steps later in the launch (a cold GPU or library, not the model)
+        profile_model(spec, device, iters=3, warmup=3)
+    prof = profile_model(spec, device, iters=a.profile_iters, warmup=2 if a.quick else 5)
+    prof["fingerprint"] = fp
+    prof["launch_id"] = a.launch_id
+    prof["status"] = "ok"
+    prof["model_source"] = spec.source
+    if ddp_caps:
+        try:  # the profile above stands whatever happens here (a process group that will not start)
+            prof["ddp_world1"] = ddp_world1(spec, device, ddp_caps, steps=a.profile_iters,
+                                            warmup=2 if a.quick else 3, group=own_group)
+        except Exception as e:  # noqa: BLE001
+            prof["ddp_world1_error"] = repr(e)[:300]
+    return prof
+
+
+def slowest_rank_profile(profiles):
+    """The profile a DDP step follows when every GPU of the host ran its own at once: the slowest rank's
+    (each bucket's all-reduce waits for the last rank to launch it; on 2 x H100 the second rank ran
+    launch-bound compute 13-52% slower than the first, h100x2-ranks-2026-11-26j and -k), with every rank's
+    times beside it.  ``profiles``: one per rank, a dict with status 'ok' or an error."""
+    ok = [(r, p) for r, p in enumerate(profiles) if p.get("status") == "ok"]
+    if not ok:
+        return None
+    rank, chosen = max(ok, key=lambda rp: rp[1]["step_s"])
+    out = dict(chosen)
+    out["concurrent"] = {
+        "ranks": len(profiles), "profiled_rank": rank,
+        "why": "every GPU of the host profiled at once; the slowest rank's profile, which a DDP step waits for",
+        "per_rank": [{"rank": r, "status": p.get("status"), "gpu": (p.get("gpu") or None),
+                      **{k: p.get(k) for k in ("step_s", "forward_s", "backward_s", "optimizer_s")}}
+                     for r, p in enumerate(profiles)],
+    }
+    return out
+
+
 def _profile_main(a, models, batch_sizes, t_start):
-    device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
-    fp = fingerprint(device, 1, "none", 1)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = get_device(local_rank)
+    own_group = _concurrent_group(device)
+    W = dist.get_world_size() if own_group is not None else 1
+    rank = dist.get_rank() if own_group is not None else 0
+    fp = fingerprint(device, W, "none", 1)
+    fp["profile_ranks"] = W
     ddp_caps = [_cap_value(c) for c in a.profile_ddp_caps.split(",") if c] if a.profile_ddp_caps else []
-    warmed = False
+    warm = True
+
+    def failure(name, bs, status, error):
+        if rank == 0:
+            append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
+                         {"model": name, "batch_size": bs, "status": status, "error": error, "fingerprint": fp,
+                          "launch_id": a.launch_id})
+
     for name in models:
         for bs in (batch_sizes or [None]):
-            if time.perf_counter() - t_start > a.budget_s:
+            go = [time.perf_counter() - t_start <= a.budget_s]
+            if own_group is not None:
+                dist.broadcast_object_list(go, 0)  # rank 0's clock decides, so that every rank skips alike
+            if not go[0]:
                 log("budget exhausted, skipping profile", name)
                 continue
+            t0 = time.perf_counter()
             try:
                 spec = resolve(name, bs)
                 ok, why = spec.available()
-                if not ok:
-                    log("profile SKIPPED", name, why)
-                    append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
-                                 {"model": name, "batch_size": spec.batch_size, "status": "skipped", "error": why,
-                                  "fingerprint": fp, "launch_id": a.launch_id})
-                    continue
-                t0 = time.perf_counter()
-                if not warmed and not a.quick:
-                    # the launch's first model once untimed: on the third 4 x H100 allocation the first
-                    # profile (ResNet-50) ran its forward at 20 ms against 13 ms on two others, slower than
-                    # its own DDP steps later in the launch (a cold GPU or library, not the model)
-                    profile_model(spec, device, iters=3, warmup=3)
-                    warmed = True
-                prof = profile_model(spec, device, iters=a.profile_iters, warmup=2 if a.quick else 5)
-                prof["fingerprint"] = fp
-                prof["launch_id"] = a.launch_id
-                prof["status"] = "ok"
-                prof["model_source"] = spec.source
-                if ddp_caps:
-                    try:  # the profile above stands whatever happens here (a process group that will not start)
-                        prof["ddp_world1"] = ddp_world1(spec, device, ddp_caps, steps=a.profile_iters,
-                                                        warmup=2 if a.quick else 3)
-                    except Exception as e:  # noqa: BLE001
-                        prof["ddp_world1_error"] = repr(e)[:300]
-                default_bs = MODELS[name].batch_size if name in MODELS else None
-                stem = file_stem(name, spec.batch_size, default_bs if default_bs is not None else spec.batch_size)
-                write_json(os.path.join(a.out, "profiles", stem + ".json"), prof)
-                log(f"profile {name} bs {spec.batch_size} step {prof['step_s']:.4f} s fwd {prof['forward_s']:.4f} "
-                    f"bwd {prof['backward_s']:.4f} opt {prof['optimizer_s']:.4f} "
-                    f"({time.perf_counter() - t0:.1f}s)")
-            except Exception as e:  # noqa: BLE001
-                log("profile FAILED", name, repr(e))
-                append_jsonl(os.path.join(a.out, "profile_failures.jsonl"),
-                             {"model": name, "batch_size": bs, "status": "failed",
-                              "error": traceback.format_exc()[-4000:], "fingerprint": fp, "launch_id": a.launch_id})
+            except Exception:  # noqa: BLE001
+                spec, ok, why = None, False, traceback.format_exc()[-4000:]
+            if not ok:
+                log("profile SKIPPED", name, why)
+                failure(name, spec.batch_size if spec is not None else bs, "skipped", why)
+                continue
+            if own_group is not None:
+                dist.barrier()  # start together: each rank's profile runs beside the others'
+            try:
+                prof = _profile_one(a, spec, device, fp, ddp_caps, warm, own_group)
+                prof["gpu"] = str(device)
+            except Exception:  # noqa: BLE001
+                prof = {"status": "failed", "error": traceback.format_exc()[-4000:]}
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
+            warm = False
+            profiles = [prof]
+            if own_group is not None:
+                profiles = [None] * W
+                dist.all_gather_object(profiles, prof)
+            if rank != 0:
+                continue
+            default_bs = MODELS[name].batch_size if name in MODELS else None
+            stem = file_stem(name, spec.batch_size, default_bs if default_bs is not None else spec.batch_size)
+            for r, p in enumerate(profiles):
+                if p.get("status") != "ok":
+                    log("profile FAILED", name, f"rank {r:d}", p.get("error", "")[-800:])
+                    failure(name, bs, "failed", f"rank {r:d} of {W:d}: " + p.get("error", ""))
+            if own_group is None:
+                chosen = prof if prof.get("status") == "ok" else None
+            else:
+                chosen = slowest_rank_profile(profiles)
+                for r, p in enumerate(profiles):
+                    if p.get("status") == "ok":
+                        write_json(os.path.join(a.out, "profiles", "ranks", f"{stem}.r{r:d}.json"), p)
+            if chosen is None:
+                continue
+            write_json(os.path.join(a.out, "profiles", stem + ".json"), chosen)
+            steps = " ".join(f"{p['step_s']:.4f}" for p in profiles if p.get("status") == "ok")
+            log(f"profile {name} bs {spec.batch_size} step {chosen['step_s']:.4f} s fwd {chosen['forward_s']:.4f} "
+                f"bwd {chosen['backward_s']:.4f} opt {chosen['optimizer_s']:.4f} (ranks: {steps}) "
+                f"({time.perf_counter() - t0:.1f}s)")
+    if own_group is not None:
+        _finish(a.launch_id or "profile", t_start)
     return 0
 
 
