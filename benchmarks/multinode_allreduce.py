@@ -45,7 +45,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
 # never-calibrated allocations whose sweeps of a shape this campaign also has are predicted from it
-OTHER_MACHINES = ("h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26m")
+OTHER_MACHINES = ("h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26m", "h100x2-multinode-2026-11-26p")
 # (title, fitted shapes, held-out shapes, forced algorithms fitted, launch fitted ("": every launch),
 #  held-out sweeps: the forced algorithm reported (None: NCCL's default), or "any")
 SPLITS: tuple[tuple[str, set[str], set[str], tuple[str, ...], str, str | None], ...] = (

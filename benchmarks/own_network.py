@@ -33,7 +33,7 @@ from ddpsim.calibration.validate import validate  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = ("h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b", "h100x4-multinode-2026-11-26d",
-             "h100x2-multinode-2026-11-26e")
+             "h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26p")
 
 
 def _with_reference_tree(own: dict, reference: dict) -> dict:
