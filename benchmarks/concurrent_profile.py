@@ -36,6 +36,8 @@ CAMPAIGNS = ("h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100
 # profiled one GPU alone only (the harness's default), DDP's world-size-1 rows paired
 PAIRED_ONLY = ("h100x2-profiles-2026-11-26o",)
 RUN_FILES = ("ddp_runs.jsonl", "launches.jsonl", "campaign_args.json")
+# a diagnostic column, not a prediction: the profile scaled to the DDP launch's own compute
+ORACLE = "runs' own compute"
 
 
 def _read(path: str) -> dict:
@@ -75,6 +77,32 @@ def _with_profiles(campaign_dir: str, profiles: str, into: str, paired: bool = T
     return into
 
 
+def _scaled_to_runs(profiles_dir: str, compute_s: dict[str, float]) -> None:
+    """Rewrite each profile in place so that its step equals the runs' own compute (``compute_s``, per
+    model): every compute time scaled by one factor, DDP's world-size-1 charge kept as it was. A
+    diagnostic: what the error would be with a profile as fast as the DDP launch's own compute, i.e.
+    how much of the error is the compute input moving between launches."""
+    for name in os.listdir(profiles_dir):
+        path = os.path.join(profiles_dir, name)
+        if not name.endswith(".json"):
+            continue
+        profile = _read(path)
+        if profile["model"] not in compute_s:
+            continue
+        ratio = compute_s[profile["model"]] / profile["step_s"]
+        for row in profile.get("ddp_world1", []):
+            if row.get("status", "ok") == "ok" and "ddp_minus_plain_s" not in row:
+                row["ddp_minus_plain_s"] = row["step_s"] - profile["step_s"]
+        for key in ("forward_s", "backward_s", "optimizer_s", "step_s", "backward_accumulate_s"):
+            if profile.get(key) is not None:
+                profile[key] *= ratio
+        for param in profile["params"]:
+            if param.get("grad_ready_s") is not None:
+                param["grad_ready_s"] *= ratio
+        with open(path, "w", encoding="utf-8") as handle:
+            json.dump(profile, handle)
+
+
 def _has_pairs(profiles_dir: str) -> bool:
     return any("ddp_minus_plain_s" in row for name in os.listdir(profiles_dir) if name.endswith(".json")
                for row in _read(os.path.join(profiles_dir, name)).get("ddp_world1", []))
@@ -94,16 +122,19 @@ def _paired_against_unpaired(campaign: str, calibration) -> None:
         results = {label: [r for r in validate([_with_profiles(campaign_dir, "profiles", os.path.join(tmp, label),
                                                                paired)], calibration).rows if r.held_out]
                    for label, paired in (("paired", True), ("unpaired", False))}
+        oracle = _with_profiles(campaign_dir, "profiles", os.path.join(tmp, "oracle"))
+        _scaled_to_runs(os.path.join(oracle, "profiles"), compute)
+        results[ORACLE] = [r for r in validate([oracle], calibration).rows if r.held_out]
     print(f"{campaign}: profiled alone (the default); error mean / max % with DDP's world-size-1 charge paired "
           "or not")
-    print(f"  {'model':11s} {'alone':>6s} {'runs':>6s}   {'paired':>13s}  {'unpaired':>13s}")
+    print(f"  {'model':11s} {'alone':>6s} {'runs':>6s}   {'paired':>13s}  {'unpaired':>13s}  {'runs own compute':>17s}")
     for model in sorted(compute):
         step_s = _read(os.path.join(campaign_dir, "profiles", f"{model}.json"))["step_s"]
         rows = {label: [r for r in result if r.model == model] for label, result in results.items()}
         print(f"  {model:11s} {step_s * 1e3:6.1f} {compute[model] * 1e3:6.1f}   {_errors(rows['paired']):>13s}  "
-              f"{_errors(rows['unpaired']):>13s}")
+              f"{_errors(rows['unpaired']):>13s}  {_errors(rows[ORACLE]):>17s}")
     print(f"  {'all runs':11s} {'':6s} {'':6s}   {_errors(results['paired']):>13s}  {_errors(results['unpaired']):>13s}"
-          f"   ({len(results['paired'])} runs)")
+          f"  {_errors(results[ORACLE]):>17s}   ({len(results['paired'])} runs)")
 
 
 def main() -> int:
@@ -118,8 +149,12 @@ def main() -> int:
             variants = [("alone", "profiles-alone", True), ("at once", "profiles", True)]
             if _has_pairs(os.path.join(campaign_dir, "profiles")):
                 variants += [("alone, unpaired", "profiles-alone", False), ("at once, unpaired", "profiles", False)]
+            variants.append((ORACLE, "profiles-alone", True))
             for label, folder, paired in variants:
-                copy = _with_profiles(campaign_dir, folder, os.path.join(tmp, label.replace(" ", "_")), paired)
+                copy = _with_profiles(campaign_dir, folder, os.path.join(tmp, label.replace(" ", "_").replace("'", "")),
+                                      paired)
+                if label == ORACLE:
+                    _scaled_to_runs(os.path.join(copy, "profiles"), compute)
                 results[label] = [r for r in validate([copy], calibration).rows if r.held_out]
         print(f"{campaign}: step ms (alone on GPU 0 | every GPU at once: each rank, kept) against the runs' "
               "compute; error mean / max % of ddpsim validate with each")

@@ -99,6 +99,15 @@ def prepare(scenario: Scenario) -> Prepared:
                 + _lead_source(workload, measured_in))
     if scenario.ddp.grad_accumulation_steps > 1:
         sources["accumulation's later micro-steps"] = _accumulate_source(workload, measured_in)
+    if scenario.simulation.jitter_from_profile:
+        if workload.step_jitter_cv is None:
+            raise ScenarioError(f"the workload has no measured step spread ({_unmeasured_why(measured_in, 'step p10/p90')})",
+                                file=scenario.source, field="simulation.jitter_from_profile")
+        # every rank draws its own step factor: each bucket's all-reduce then waits for the slower rank
+        # of that step (on 2 x H100 the ranks' compute differed by up to 1.5x, h100x2-ranks-2026-11-26j)
+        sources["compute jitter"] = (f"cv {workload.step_jitter_cv:.3f} per rank and step, from the step's p10..p90 "
+                                     f"over the profile's steps (profile {measured_in}; measured); the median of "
+                                     f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
 
 
@@ -326,7 +335,8 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     later_base = _accumulating(base, accumulate_backward_factor(prep.workload)) if accumulating else base
     sim = sc.simulation
     # identical ranks folded, ranks never the slowest dropped (ddpsim.ddp.fold says what is exact)
-    factors = draw_factors(world, sim.iterations, sim.seed, sim.jitter_cv, sim.straggler_rank, sim.straggler_slowdown)
+    jitter_cv = prep.workload.step_jitter_cv if sim.jitter_from_profile else sim.jitter_cv
+    factors = draw_factors(world, sim.iterations, sim.seed, jitter_cv or 0.0, sim.straggler_rank, sim.straggler_slowdown)
     plan = plan_ranks(factors)
     ranks = list(plan.factors)
     rendezvous = (

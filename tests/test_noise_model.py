@@ -44,3 +44,70 @@ def test_interval_adds_the_sigmas_in_quadrature():
     assert p90 / p50 == pytest.approx(math.exp(Z90 * 0.05))
     assert p10 * p90 == pytest.approx(p50 * p50)
     assert cal.step_interval("shm", 0.1) is None
+
+
+def test_noise_from_other_campaigns_pairs_the_same_configuration_across_them(tmp_path):
+    import json
+
+    from ddpsim.calibration.calibrate import noise_runs
+
+    # one configuration measured on two allocations (each campaign names its launch "nvlink_w2_0"), 20%
+    # apart, and a failed run that must not count
+    for name, median in (("alloc-a", 1.0), ("alloc-b", 1.2)):
+        folder = tmp_path / name
+        folder.mkdir()
+        runs = [dict(_run("nvlink_w2_0", median, 0.02), schema="ddpsim.ddp_run/1", status="ok"),
+                dict(_run("nvlink_w2_0", median, 0.02, cap=5), schema="ddpsim.ddp_run/1", status="failed")]
+        (folder / "ddp_runs.jsonl").write_text("\n".join(json.dumps(r) for r in runs) + "\n")
+    runs = noise_runs([str(tmp_path / "alloc-a"), str(tmp_path / "alloc-b")])
+    noise = fit_noise(runs)["nvlink"]
+    assert len(runs) == 2 and noise["launch_pairs"] == 1
+    assert noise["launch_sigma"] == pytest.approx(abs(math.log(1.2)) / math.sqrt(2))
+
+
+def test_a_measured_step_inside_the_predicted_interval():
+    from ddpsim.calibration.validate import RunRow
+
+    def row(measured_s, p10, p90):
+        return RunRow("m", "nvlink", 2, 25.0, measured_s, None, None, 1.0, True, predicted_p10_s=p10, predicted_p90_s=p90)
+
+    assert row(0.95, 0.9, 1.1).inside_interval is True
+    assert row(1.15, 0.9, 1.1).inside_interval is False
+    assert row(1.0, None, None).inside_interval is None
+
+
+def test_validate_counts_the_runs_inside_their_interval(tmp_path, capsys):
+    import json
+    import os
+
+    from ddpsim.cli.main import main
+
+    root = os.path.join(os.path.dirname(__file__), "..", "validation")
+    folder = os.path.join(root, "data", "h100x2-profiles-2026-11-26o")
+    if not os.path.isdir(folder):
+        pytest.skip("campaign not present")
+    main(["validate", folder, "--calibration", os.path.join(root, "calibration-h200x4.json"), "--out", str(tmp_path / "r")])
+    text = capsys.readouterr().out
+    runs = json.loads((tmp_path / "r" / "validation.json").read_text())["runs"]
+    # counted here from each run's own numbers, not from the summary
+    inside = sum(1 for r in runs if r["predicted_p10_s"] <= r["measured_s"] <= r["predicted_p90_s"])
+    assert len(runs) == 20 and all(r["predicted_p10_s"] < r["predicted_s"] < r["predicted_p90_s"] for r in runs)
+    assert f"nvlink {inside} of 20" in text
+
+
+def test_validate_with_jitter_from_the_profiles(tmp_path, capsys):
+    import json
+    import os
+
+    from ddpsim.cli.main import main
+
+    root = os.path.join(os.path.dirname(__file__), "..", "validation")
+    folder = os.path.join(root, "data", "h100x2-profiles-2026-11-26o")
+    if not os.path.isdir(folder):
+        pytest.skip("campaign not present")
+    code = main(["validate", folder, "--calibration", os.path.join(root, "calibration-h200x4.json"),
+                 "--jitter-from-profile", "--out", str(tmp_path / "r")])
+    assert code in (0, 1)  # predicted (passed or past the tolerances), not refused
+    assert "varying step to step as its profile measured" in capsys.readouterr().out
+    report = json.loads((tmp_path / "r" / "validation.json").read_text())
+    assert report["jitter_from_profile"] is True and len(report["runs"]) == 20

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 
 import pytest
@@ -199,3 +200,44 @@ def test_paired_world1_rows_charge_their_own_pairs_difference(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_profile(write(tmp_path, data))
     assert err.value.field == "ddp_world1[0].ddp_minus_plain_s"
+
+
+def _jitter_scenario(path, **simulation):
+    from ddpsim.scenario.load import scenario_from_dict
+
+    return scenario_from_dict({"cluster": {"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 4},
+                               "workload": {"model": f"profile:{path}", "batch_size": 4},
+                               "ddp": {"bucket_cap_mb": 0.001},
+                               "simulation": {"iterations": 9, "seed": 3, **simulation}})
+
+
+def test_jitter_from_the_profile_is_the_lognormal_of_its_step_p10_p90(tmp_path):
+    from ddpsim.simulation import prepare, simulate
+
+    path = write(tmp_path, dict(PROFILE, step_s_p10=0.0040, step_s_p90=0.0052))
+    # by hand: sigma = ln(5.2 / 4.0) / (2 x 1.2815515655446004) = 0.26236426 / 2.56310313 = 0.1023620,
+    # cv = sqrt(exp(sigma^2) - 1)
+    cv = math.sqrt(math.exp(0.1023620 ** 2) - 1)
+    assert load_profile(path).step_jitter_cv == pytest.approx(cv, rel=1e-6)
+    from_profile = simulate(prepare(_jitter_scenario(path, jitter_from_profile=True)))
+    by_hand = simulate(prepare(_jitter_scenario(path, jitter_cv=cv)))
+    plain = simulate(prepare(_jitter_scenario(path)))
+    assert from_profile.step_time_s == pytest.approx(by_hand.step_time_s, rel=1e-6)
+    assert from_profile.step_time_s != pytest.approx(plain.step_time_s, rel=1e-6)  # the jitter did something
+    assert "from the step's p10..p90" in from_profile.value_sources["compute jitter"]
+    assert load_profile(write(tmp_path, PROFILE, "none.json")).step_jitter_cv is None
+
+
+def test_jitter_from_the_profile_refuses_what_it_cannot_use(tmp_path):
+    from ddpsim.simulation import prepare
+
+    with pytest.raises(ScenarioError) as err:  # no step spread in the profile
+        prepare(_jitter_scenario(write(tmp_path, PROFILE), jitter_from_profile=True))
+    assert err.value.field == "simulation.jitter_from_profile"
+    path = write(tmp_path, dict(PROFILE, step_s_p10=0.0040, step_s_p90=0.0052), "spread.json")
+    with pytest.raises(ScenarioError) as err:  # two sources of jitter
+        _jitter_scenario(path, jitter_from_profile=True, jitter_cv=0.1)
+    assert err.value.field == "simulation.jitter_from_profile"
+    with pytest.raises(ScenarioError) as err:  # p10 above p90
+        load_profile(write(tmp_path, dict(PROFILE, step_s_p10=0.006, step_s_p90=0.005), "bad.json"))
+    assert err.value.field == "step_s_p90"

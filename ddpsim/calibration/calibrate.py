@@ -6,6 +6,7 @@ builds one the same way from the data its held-out part is not in.
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,21 @@ def timing_instrumented(run: dict[str, Any]) -> bool:
 def is_plain(run: dict[str, Any]) -> bool:
     # a record leaves an option out or null (the harness writes comm_hook null for no hook) at its default
     return all(run.get(key) is None or run[key] == default for key, default in DDP_OPTION_DEFAULTS.items())
+
+
+def noise_runs(data_dirs: Sequence[str]) -> list[dict[str, Any]]:
+    """Every measured DDP run under ``data_dirs`` (no profile needed): what ``fit_noise`` reads when the
+    spread of a step one would measure comes from other campaigns, such as allocations of other machines
+    of the same kind."""
+    runs: list[dict[str, Any]] = []
+    for data_dir in data_dirs:
+        if not os.path.isdir(data_dir):
+            raise ScenarioError("measurement folder not found", file=data_dir, field="--noise-from")
+        paths = find_data_files(data_dir)["ddp_runs"]
+        if not paths:
+            raise ScenarioError("no ddp_runs.jsonl under this folder", file=data_dir, field="--noise-from")
+        runs += [run for path in paths for run in read_ddp_runs(path) if run.get("status") == "ok"]
+    return runs
 
 
 def load_measurements(data_dirs: Sequence[str]) -> Measurements:

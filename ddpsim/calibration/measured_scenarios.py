@@ -79,15 +79,23 @@ def run_class(run: dict[str, Any]) -> str:
     return INTER_NODE_LINK_CLASS if run_nodes(run) > 1 else str(run["transport"])
 
 
+# simulated steps per run with jitter: 10 and 20 gave 7.9% and 7.7% mean error on 61 held-out runs
+# (4 x H100 g, 2 x H100 o), 20 and 40 steps 6.9% both on g; each step costs one more simulation
+JITTER_STEPS = 20
+
+
 def run_scenario(
     run: dict[str, Any],
     profile: str,
     calibration: Calibration | None,
     bucket_cap_mb: float | None = None,
     overheads: dict[str, Any] | None = None,
+    jitter_from_profile: bool = False,
 ) -> Scenario:
     """A scenario reproducing one harness DDP run: its shape (emulated nodes count as nodes: NCCL built
-    its multi-node algorithms for them), transport, cap and every recorded DDP option."""
+    its multi-node algorithms for them), transport, cap and every recorded DDP option; with
+    ``jitter_from_profile`` every rank's compute varies step to step as the profile measured it (the
+    median of ``JITTER_STEPS`` simulated steps, as the harness reports the median of its steps)."""
     check_run_fields(run)
     fingerprint = run.get("fingerprint", {})
     nodes = run_nodes(run)
@@ -117,7 +125,8 @@ def run_scenario(
             "comm_hook": _comm_hook(run),
             "grad_accumulation_steps": int(run.get("grad_accumulation_steps") or 1),
         },
-        "simulation": {"mode": "fast"},
+        "simulation": {"mode": "fast", **({"jitter_from_profile": True, "iterations": JITTER_STEPS}
+                                          if jitter_from_profile else {})},
     }
     if overheads:
         data["overheads"] = overheads

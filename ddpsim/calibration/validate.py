@@ -47,10 +47,20 @@ class RunRow:
     host: str = ""
     fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
     launch_level: float = 1.0  # measured_s was divided by this (--normalise-launches; 1: as measured)
+    # the prediction's p10 / p90 from the calibration's measured noise (None: the calibration has none)
+    predicted_p10_s: float | None = None
+    predicted_p90_s: float | None = None
 
     @property
     def error_pct(self) -> float:
         return (self.predicted_s / self.measured_s - 1) * 100
+
+    @property
+    def inside_interval(self) -> bool | None:
+        """Whether the measured step lies within the predicted p10..p90 (None: no interval)."""
+        if self.predicted_p10_s is None or self.predicted_p90_s is None:
+            return None
+        return self.predicted_p10_s <= self.measured_s <= self.predicted_p90_s
 
     @property
     def link_class(self) -> str:
@@ -96,6 +106,7 @@ class Validation:
     folds: list[dict[str, Any]] = field(default_factory=list)
     profile_warnings: list[str] = field(default_factory=list)
     launch_drift: list[dict[str, Any]] = field(default_factory=list)
+    jitter_from_profile: bool = False  # predictions drew each rank's compute from its profile's step spread
 
     def held_out(self) -> list[RunRow]:
         return [r for r in self.rows if r.held_out]
@@ -235,9 +246,11 @@ def validate(
     max_allreduce_error_pct: float = 10.0,
     min_recommendation_share: float = 0.9,
     normalise_launches: bool = False,
+    jitter_from_profile: bool = False,
 ) -> Validation:
     """Predict the measured runs outside the calibration's subset; without a calibration, with the
-    scenario defaults (every run held out). Multi-node runs need the calibration's network fit."""
+    scenario defaults (every run held out). Multi-node runs need the calibration's network fit.
+    ``jitter_from_profile``: every rank's compute varies step to step as its profile measured."""
     measured = load_measurements(data_dirs)
     subset = calibration.calibration_subset if calibration is not None else {}
     data_dir = calibration.data_dir if calibration is not None else None
@@ -246,13 +259,16 @@ def validate(
     for run in measured.runs:
         _require_network(run, calibration)
         row, layout = _predict(run, _profile_of(measured.profiles, run), calibration,
-                               held_out=not in_calibration_subset(run, subset, data_dir))
+                               held_out=not in_calibration_subset(run, subset, data_dir),
+                               jitter_from_profile=jitter_from_profile)
         rows.append(row)
         layouts.append(layout)
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
-    return _report(measured, rows, layouts, calibration, subset, None, [],
-                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
+    result = _report(measured, rows, layouts, calibration, subset, None, [],
+                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
+    result.jitter_from_profile = jitter_from_profile
+    return result
 
 
 def cross_validate(
@@ -268,6 +284,7 @@ def cross_validate(
     fix_measured_stretch: bool = False,
     normalise_launches: bool = False,
     idle_start_wait: bool = False,
+    jitter_from_profile: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -293,7 +310,8 @@ def cross_validate(
     # folds are independent fits of seconds to minutes each: one process per core
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
-            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait) for part in parts]
+            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile)
+                    for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -305,8 +323,10 @@ def cross_validate(
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
     subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
-    return _report(measured, rows, layouts, None, subset, cross, folds,
-                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
+    result = _report(measured, rows, layouts, None, subset, cross, folds,
+                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
+    result.jitter_from_profile = jitter_from_profile
+    return result
 
 
 def _pool(jobs: int) -> Any:
@@ -317,10 +337,10 @@ def _pool(jobs: int) -> Any:
 
 
 def _fold(
-    args: tuple[Measurements, str, str, list[float] | None, bool, bool],
+    args: tuple[Measurements, str, str, list[float] | None, bool, bool, bool],
 ) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
-    """Fit without ``part``, predict ``part``'s runs."""
-    measured, cross, part, caps, fix_stretch, idle_start_wait = args
+    """Fit without ``part``, predict ``part``'s runs (the fit itself without jitter, as ``calibrate``)."""
+    measured, cross, part, caps, fix_stretch, idle_start_wait, jitter = args
     key = _FOLD_KEYS[cross]
     held = [r for r in measured.runs if key(r) == part]
     train_runs = [r for r in measured.runs if key(r) != part]
@@ -340,7 +360,8 @@ def _fold(
         if why:
             skipped.append((run_label(run), f"fold {part}: {why}"))
             continue
-        row, layout = _predict(run, _profile_of(measured.profiles, run), calibration, held_out=True, fold=str(part))
+        row, layout = _predict(run, _profile_of(measured.profiles, run), calibration, held_out=True, fold=str(part),
+                               jitter_from_profile=jitter)
         rows.append(row)
         layouts.append(layout)
     return rows, layouts, fold, skipped
@@ -389,11 +410,13 @@ def _require_network(run: dict[str, Any], calibration: Calibration | None) -> No
 
 
 def _predict(
-    run: dict[str, Any], profile: str, calibration: Calibration | None, held_out: bool, fold: str = ""
+    run: dict[str, Any], profile: str, calibration: Calibration | None, held_out: bool, fold: str = "",
+    jitter_from_profile: bool = False,
 ) -> tuple[RunRow, str | None]:
     from ddpsim.simulation import prepare, simulate
 
-    prep = prepare(run_scenario(run, profile, calibration))
+    prep = prepare(run_scenario(run, profile, calibration, jitter_from_profile=jitter_from_profile))
+    result = simulate(prep)
     row = RunRow(
         model=run["model"],
         transport=run["transport"],
@@ -402,7 +425,9 @@ def _predict(
         measured_s=float(run["step_s_median"]),
         measured_p10_s=run.get("step_s_p10"),
         measured_p90_s=run.get("step_s_p90"),
-        predicted_s=simulate(prep).step_time_s,
+        predicted_s=result.step_time_s,
+        predicted_p10_s=result.step_time_p10_s,
+        predicted_p90_s=result.step_time_p90_s,
         held_out=held_out,
         launch_id=str(run.get("launch_id", "")),
         option=str(run.get("variant") or "none"),

@@ -34,10 +34,11 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements
-    from ddpsim.calibration.fit import write_calibration
+    from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements, noise_runs
+    from ddpsim.calibration.fit import fit_noise, write_calibration
     from ddpsim.calibration.measurements import Profiles
 
+    other_runs = noise_runs(args.noise_from) if args.noise_from else []  # a bad folder stops before any fitting
     measured = load_measurements([args.data_dir]) if args.data_dir else None
     samples = list(measured.samples) if measured else []
     for spec in args.nccl_tests:
@@ -57,12 +58,18 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         idle_start_wait=args.idle_start_wait,
         compute_slowdowns=measured.compute_slowdowns if measured else (),
     )
+    noise_source = (f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
+                    if args.data_dir else None)
+    if args.noise_from:
+        # the spread between machine allocations, measured where the same plan ran on several of them
+        data["noise"] = fit_noise(other_runs)
+        noise_source = (", ".join(args.noise_from) + ": every DDP run (p10/p90 over steps; the same configuration "
+                        "in other launches and campaigns)")
     meta = {
         "calibration_subset": data["calibration_subset"],
         "noise": data["noise"],
         "measured_overheads": data["measured_overheads"],
-        "noise_source": f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
-        if args.data_dir else None,
+        "noise_source": noise_source,
         "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
         "nccl_tests": list(args.nccl_tests),
     }
@@ -159,11 +166,12 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
                            jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch,
-                           idle_start_wait=args.idle_start_wait,
+                           idle_start_wait=args.idle_start_wait, jitter_from_profile=args.jitter_from_profile,
                            normalise_launches=args.normalise_launches, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None,
-                     normalise_launches=args.normalise_launches, **tolerances)
+                     normalise_launches=args.normalise_launches, jitter_from_profile=args.jitter_from_profile,
+                     **tolerances)
     if args.json:
         print(json.dumps(_validation_dict(v), indent=2))
     else:
@@ -180,6 +188,7 @@ def _validation_dict(v) -> dict:
         "passed": v.passed,
         "failures": v.failures,
         "cross": v.cross,
+        "jitter_from_profile": v.jitter_from_profile,
         "folds": v.folds,
         "fingerprints": v.fingerprints,
         "calibration_subset": v.calibration_subset,
@@ -219,6 +228,9 @@ def _summary_rows(v) -> list[dict]:
                 "mean_signed_error_pct": bias,
                 "launch_spread_pct": launch_spread_pct(v.noise, link_class),
                 "allreduce_max_error_pct": max(ar) if ar else None,
+                # how many measured steps fall inside the predicted p10..p90 (80% if the interval is honest)
+                "inside_interval": sum(1 for r in rows if r.inside_interval),
+                "with_interval": sum(1 for r in rows if r.inside_interval is not None),
             }
         )
     return out
@@ -264,6 +276,9 @@ def _validation_text(v, table, markdown: bool = False) -> str:
                      f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})")
     else:
         lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
+    if v.jitter_from_profile:
+        lines.append("predicted with each rank's compute varying step to step as its profile measured (the step's "
+                     "p10..p90), the median of 20 simulated steps")
     lines.append(table(("model", "option", "link", "GPUs", "cap MB", "fold" if v.cross else "launch",
                         "measured ms", "predicted ms", "error %"), rows, markdown))
     lines.append("")
@@ -281,6 +296,10 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     ]
     lines.append(table(("link class", "runs", "mean abs err %", "max abs err %", "mean err %",
                         "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
+    intervals = [s for s in _summary_rows(v) if s["with_interval"]]
+    if intervals:
+        lines.append("measured inside the predicted p10..p90 (the calibration's noise; 80% if it is honest): "
+                     + ", ".join(f"{s['transport']} {s['inside_interval']} of {s['with_interval']}" for s in intervals))
     options = _option_rows(v)
     if any(o["option"] != "none" for o in options):
         lines.append("")
@@ -398,6 +417,9 @@ def register(sub) -> None:
     cal.add_argument("--calibration-caps", default="5,50",
                      help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
+    cal.add_argument("--noise-from", action="append", default=[], metavar="DIR",
+                     help="campaign folders whose DDP runs give the step's measured spread (p10/p90 of 'ddpsim run') "
+                          "instead of DATA_DIR's: e.g. the same plan on several allocations (repeatable)")
     _add_stretch_flags(cal, "")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
@@ -411,6 +433,9 @@ def register(sub) -> None:
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
     _add_stretch_flags(val, "with --cross: each fold: ")
+    val.add_argument("--jitter-from-profile", action="store_true",
+                     help="every rank's compute varies step to step as its profile measured (its step p10..p90), "
+                          "and the median of 20 simulated steps is compared; the calibration is fitted without it")
     val.add_argument("--normalise-launches", action="store_true",
                      help="divide each launch's measured steps by its level against other launches of the same "
                           "reference configuration (the harness's --reference)")

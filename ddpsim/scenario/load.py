@@ -277,11 +277,15 @@ def simulation_problem(sim: SimulationSpec, world_size: int) -> tuple[str, str] 
     """(field, why) when the simulation settings do not fit ``world_size`` ranks, or None."""
     if sim.straggler_rank is not None and sim.straggler_rank >= world_size:
         return "straggler_rank", f"must be below the world size {world_size}, got {sim.straggler_rank}"
+    if sim.jitter_from_profile and sim.jitter_cv > 0:
+        return "jitter_from_profile", "and jitter_cv both set the jitter: set one of them"
+    jitter = sim.jitter_cv > 0 or sim.jitter_from_profile
     # the same rule as simulation.py: these settings make every rank its own process
-    per_rank = sim.mode == "detailed" or sim.jitter_cv > 0 or sim.straggler_rank is not None
+    per_rank = sim.mode == "detailed" or jitter or sim.straggler_rank is not None
     ranks = world_size if per_rank else 1
     if ranks > MAX_PER_RANK_GPUS:
-        field = "mode" if sim.mode == "detailed" else "jitter_cv" if sim.jitter_cv > 0 else "straggler_rank"
+        field = ("mode" if sim.mode == "detailed" else "jitter_cv" if sim.jitter_cv > 0
+                 else "jitter_from_profile" if sim.jitter_from_profile else "straggler_rank")
         return field, (f"simulates each of the {world_size:,} ranks on its own; at most {MAX_PER_RANK_GPUS:,} "
                        "can be (use mode: fast without jitter or a straggler)")
     if ranks * sim.iterations > MAX_RANK_STEPS:

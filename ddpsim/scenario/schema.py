@@ -315,6 +315,8 @@ class SimulationSpec:
     iterations: int = spec("iterations", "int", "steady-state steps to simulate", 1, minimum=1, maximum=100_000)
     jitter_cv: float = spec("jitter_cv", "number", "per-rank per-step compute time coefficient of variation "
                             "(lognormal)", 0.0, minimum=0.0, maximum=10.0)
+    jitter_from_profile: bool = spec("jitter_from_profile", "bool", "jitter with the coefficient of variation of the "
+                                     "measured profile's own step times (p10..p90) instead of jitter_cv", False)
     straggler_rank: int | None = spec("straggler_rank", "int", "one rank whose compute is slower", None, minimum=0,
                                       maximum=MAX_WORLD_SIZE - 1, default_text="none")
     straggler_slowdown: float = spec("straggler_slowdown", "number", "the straggler's compute takes this many times "

@@ -100,6 +100,9 @@ class Workload:
     # empty when the profile did not measure it.
     ddp_world1_extra_s: dict[str, float] = field(default_factory=dict)
     ddp_world1_cap_mb: float | None = None  # the bucket cap of that measurement (median of its rows)
+    # coefficient of variation of the measured step time over the profile's steps (from its p10..p90, as a
+    # lognormal); None: not measured
+    step_jitter_cv: float | None = None
     # How far the backward thread ran ahead of the GPU when backward returned, with DDP's reducer on it
     # (world-size-1 DDP, plain): the host time a comm hook can add before it delays the GPU. None: not measured.
     ddp_world1_lead_s: float | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from statistics import median
+from statistics import NormalDist, median
 from typing import Any
 
 from ddpsim.errors import ScenarioError
@@ -102,6 +102,19 @@ def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
     # never negative: a world-size-1 DDP step faster than the plain one is the profile's noise, not a gain
     extra = {variant: max(0.0, float(median(extras))) for variant, extras in by_variant.items()}
     return _World1(extra, float(median(caps)) if caps else None, float(median(leads)) if leads else None)
+
+
+def _step_jitter_cv(root: _Fields) -> float | None:
+    """The coefficient of variation of the profile's step time, read as a lognormal from its p10 and p90:
+    sigma = ln(p90 / p10) / (2 z90), cv = sqrt(exp(sigma^2) - 1). None where either is missing."""
+    p10 = root.seconds("step_s_p10", optional=True)
+    p90 = root.seconds("step_s_p90", optional=True)
+    if p10 is None or p90 is None:
+        return None
+    if not 0 < p10 <= p90:
+        raise root.error("step_s_p90", f"expected 0 < step_s_p10 <= step_s_p90, got {p10!r} and {p90!r}")
+    sigma = math.log(p90 / p10) / (2 * NormalDist().inv_cdf(0.9))
+    return math.sqrt(math.expm1(sigma * sigma))
 
 
 def _concurrent_how(root: _Fields) -> str:
@@ -206,6 +219,7 @@ def load_profile(path: str) -> Workload:
     if output_bytes is not None and output_bytes < 0:
         raise root.error("output_bytes", f"expected an integer >= 0, got {output_bytes}")
     world1 = _ddp_world1(root, forward_s + backward_s + optimizer_s)
+    step_jitter_cv = _step_jitter_cv(root)
     backward_accumulate_s = root.seconds("backward_accumulate_s", optional=True)
     return Workload(
         name=model,
@@ -218,6 +232,7 @@ def load_profile(path: str) -> Workload:
         ddp_world1_extra_s=world1.extra_s,
         ddp_world1_cap_mb=world1.cap_mb,
         ddp_world1_lead_s=world1.lead_s,
+        step_jitter_cv=step_jitter_cv,
         backward_accumulate_s=backward_accumulate_s,
         notes=tuple(notes),
         autograd_nodes=nodes,
