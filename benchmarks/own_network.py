@@ -12,7 +12,9 @@ user's nccl-tests would run before training. Printed beside: the same runs with 
 The three 4 x H100 campaigns swept NCCL's default and forced Ring, not forced Tree. So their own fit prices NCCL's
 tree with the ring's network terms, and a third variant carries M's measured tree bandwidth factor per shape
 (0.60 on 2x2, 0.84 on 4x1: how NCCL's trees load a node's network, a property of the shape) into the
-machine's own fit.
+machine's own fit. The two 2026-11-27 campaigns measured their network endpoint's duplex factor
+(``--net-probe``), which their own fit uses; a fourth variant carries the 4 x H200 one's factor ("Q") into
+the own fit of each campaign that has no probe.
 
     .venv/bin/python benchmarks/own_network.py
 """
@@ -32,8 +34,12 @@ from ddpsim.calibration.validate import validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
-CAMPAIGNS = ("h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b", "h100x4-multinode-2026-11-26d",
-             "h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26p")
+CAMPAIGNS = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
+             "h100x4-multinode-2026-11-27c",
+             "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b",
+             "h100x4-multinode-2026-11-26d", "h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26p")
+# the campaign whose --net-probe measured the network endpoint's duplex factor (read from its netprobe.jsonl)
+PROBED = "h200x4-multinode-2026-11-27"
 
 
 def _with_reference_tree(own: dict, reference: dict) -> dict:
@@ -66,13 +72,16 @@ def _summary(campaign_dir: str, calibration: dict, label: str) -> list[str]:
 def main() -> int:
     with open(os.path.join(ROOT, CALIBRATION), encoding="utf-8") as handle:
         reference = json.load(handle)
+    probes = load_measurements([os.path.join(ROOT, "validation", "data", PROBED)]).net_probes
     for campaign in CAMPAIGNS:
         campaign_dir = os.path.join(ROOT, "validation", "data", campaign)
         measurements = load_measurements([campaign_dir])
-        links = fit_links(measurements.samples)
+        links = fit_links(measurements.samples, measurements.net_probes)
         variants = {"M's network": reference,
                     "its own network": dict(reference, link_classes=links),
                     "own + M's tree": dict(reference, link_classes=_with_reference_tree(links, reference["link_classes"]))}
+        if not measurements.net_probes:
+            variants["own + Q's duplex"] = dict(reference, link_classes=fit_links(measurements.samples, probes))
         print(f"{campaign} ({len(measurements.samples)} all-reduce sizes of its own sweeps)")
         for label, calibration in variants.items():
             for row in _summary(campaign_dir, calibration, f"{campaign}: {label}"):

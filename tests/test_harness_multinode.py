@@ -189,3 +189,56 @@ def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
     assert "NCCL_HOSTID" not in os.environ
     with pytest.raises(SystemExit):
         worker.shape_setup(3, str(tmp_path), "lid")
+
+
+def test_net_probe_patterns_cross_nodes_only():
+    from validation.harness import netprobe
+
+    for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4)):
+        pats = netprobe.patterns(world, g)
+        assert {"one_way", "two_way", "shift_all", "ring_net_hops"} <= set(pats)
+        for flows in pats.values():
+            assert flows and all(src // g != dst // g for src, dst in flows)
+            assert len(set(flows)) == len(flows)
+        # one_way: one endpoint sends, nobody answers; two_way: the same pair both ways
+        assert pats["two_way"] == [pats["one_way"][0], pats["one_way"][0][::-1]]
+        # NCCL's ring over ranks in order crosses the network once per node boundary
+        assert len(pats["ring_net_hops"]) == world // g
+        # every endpoint sends once and receives once in shift_all (two nodes: same peer both ways)
+        assert sorted(s for s, _ in pats["shift_all"]) == list(range(world))
+        assert sorted(d for _, d in pats["shift_all"]) == list(range(world))
+    assert netprobe.patterns(4, 2)["ring_net_hops"] == [(1, 2), (3, 0)]
+    assert netprobe.patterns(4, 1)["one_way_pairs"] == [(0, 1), (2, 3)]
+    assert netprobe.patterns(4, 4) == {}
+
+
+def test_net_probe_in_a_campaign_on_gloo(tmp_path, monkeypatch):
+    """--net-probe: every pattern recorded once per multi-node launch, with its flows and a rate."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "camp"
+    rc = campaign.main(["--out", str(out), "--cpu-slots", "4", "--shapes", "2x2", "--algos", "default",
+                        "--models", "tiny-mlp", "--skip-ddp", "--no-profile", "--quick", "--net-probe",
+                        "--transports", "nvlink", "--budget-s", "120"])
+    assert rc == 0
+    recs = [json.loads(x) for x in (out / "netprobe.jsonl").read_text().splitlines()]
+    assert [r["pattern"] for r in recs] == [*__import__("validation.harness.netprobe", fromlist=["x"]).patterns(4, 2),
+                                            "collective_one_way", "collective_two_way"]
+    assert [r["flows"] for r in recs[-2:]] == [[[0, 2]], [[0, 2], [2, 0]]]
+    for r in recs:
+        assert r["status"] == "ok" and r["nodes"] == 2 and r["gpus_per_node"] == 2 and r["reps"] == 5
+        assert r["flow_GBps"] == pytest.approx(r["bytes"] / r["time_s_median"] / 1e9)
+
+
+def test_trimmed_log_never_ends_inside_a_communicators_init():
+    """A probe's extra communicator can push its tuning table past the trim: the excerpt must stop before
+    that communicator, not in its table (the reader refuses a table without its closing line)."""
+    first = ["NCCL INFO comm 0x1 Init START"] + [f"NCCL INFO graph line {i}" for i in range(5)] + [
+        "NCCL INFO   Algorithm   |  Tree  |  Ring  |", "NCCL INFO 2 coll channels, 2 p2p channels",
+        "NCCL INFO comm 0x1 Init COMPLETE"]
+    second = ["NCCL INFO comm 0x2 Init START", "NCCL INFO   Algorithm   |  Tree  |  Ring  |"] + [
+        f"NCCL INFO table row {i}" for i in range(10)] + ["NCCL INFO 2 coll channels, 2 p2p channels"]
+    text = "\n".join(first + second)
+    trimmed = nccl_log.trim(text, max_lines=len(first) + 4).splitlines()
+    assert trimmed[:len(first)] == first and "0x2" not in " ".join(trimmed)
+    assert trimmed[len(first)] == f"# ddpsim: {len(second):d} more lines cut"
+    assert nccl_log.trim(text, max_lines=100).splitlines()[:-1] == first + second  # nothing cut: all kept

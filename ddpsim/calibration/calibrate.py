@@ -23,6 +23,7 @@ from ddpsim.calibration.measurements import (
     read_ddp_runs,
     read_harness_allreduce,
 )
+from ddpsim.calibration.netprobe import read_net_probes
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import DDPSpec
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
@@ -47,6 +48,7 @@ class Measurements:
     skipped: list[tuple[str, str]] = field(default_factory=list)  # (run label, reason)
     timing_runs: list[dict[str, Any]] = field(default_factory=list)  # per-bucket traces, not predicted
     compute_slowdowns: list[tuple[str, float]] = field(default_factory=list)  # micro-benchmark (class, ratio)
+    net_probes: list[dict[str, Any]] = field(default_factory=list)  # point-to-point patterns across nodes
 
 
 def timing_instrumented(run: dict[str, Any]) -> bool:
@@ -82,12 +84,14 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
     profile_paths: list[str] = []
     slowdowns: list[tuple[str, float]] = []
     skipped: list[tuple[str, str]] = []
+    net_probes: list[dict[str, Any]] = []
     for data_dir in data_dirs:
         files = find_data_files(data_dir)
         if not files["ddp_runs"] and not files["allreduce"]:
             raise ScenarioError("no ddp_runs.jsonl or allreduce.jsonl under this folder", file=data_dir)
         samples += [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
         slowdowns += [x for path in files["microbench"] for x in read_compute_slowdowns(path)]
+        net_probes += [x for path in files["netprobe"] for x in read_net_probes(path)]
         profile_paths += files["profiles"]
         for path in files["ddp_runs"]:
             for run in read_ddp_runs(path, with_failed=True):
@@ -106,7 +110,7 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
             skipped.append((run_label(run), "no measured profile of this model in its campaign folder"))
         else:
             usable.append(run)
-    return Measurements(samples, usable, profiles, skipped, timing, slowdowns)
+    return Measurements(samples, usable, profiles, skipped, timing, slowdowns, net_probes)
 
 
 def calibrate(
@@ -121,16 +125,19 @@ def calibrate(
     fix_measured_stretch: bool = False,
     compute_slowdowns: Sequence[tuple[str, float]] = (),
     idle_start_wait: bool = False,
+    net_probes: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
     Noise is measured on every run given, plain or not (the spread is the measurement's, not a fit).
     The all-reduce stretch is measured from ``timing_runs``' per-bucket traces and reported; with
     ``fix_measured_stretch`` the fit takes it as given instead of fitting it. With ``idle_start_wait``
-    the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS)."""
+    the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS).
+    ``net_probes``: the harness's point-to-point patterns across nodes; the network fit takes its
+    endpoint's duplex factor from them (``netprobe.duplex_factor``)."""
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
-    links = fit_links(samples)
+    links = fit_links(samples, net_probes)
     caps = None if calibration_caps is None else {float(c) for c in calibration_caps}
     chosen = [
         r for r in runs
@@ -189,6 +196,7 @@ def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
 def _fit_class(
     runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None,
     idle_start_wait: bool = False,
+    net_probes: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     terms = IDLE_WAIT_TERMS if idle_start_wait else None
     entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured, terms=terms)

@@ -205,7 +205,10 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
         else:
             # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
             # the bandwidth each GPU gets through the network
-            inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s)
+            inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
+                            duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
+            sources["network endpoint duplex"] = (f"{cite} {net_where}.duplex_factor "
+                                                  f"{inter.duplex_factor:.2f}: {network.raw.get('duplex_source', 'not recorded')}")
             table = _with_network(table, network.protocol_table)
             sources["inter-node network"] = f"{cite} {net_where}"
             sources["protocol table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
@@ -236,6 +239,13 @@ def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) ->
         hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},
         transport_efficiency={**intra.transport_efficiency, **network.transport_efficiency},
     )
+
+
+def _duplex_factor(entry: dict[str, Any], source: str, where: str) -> float:
+    value = entry.get("duplex_factor", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ScenarioError(f"expected a fraction in (0, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
+    return float(value)
 
 
 def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:

@@ -27,6 +27,7 @@ from ddpsim.calibration.curvefit import (
 )
 from ddpsim.calibration.file import SCHEMA, Calibration
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of, launch_key
+from ddpsim.calibration.netprobe import duplex_factor
 from ddpsim.collectives import ProtocolTable
 from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
@@ -207,8 +208,9 @@ def _check_reaches_bandwidth(samples: Sequence[AllReduceSample]) -> None:
                 "no bandwidth can be fitted (a truncated run?)", file=source, field="bytes")
 
 
-def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
-    """One entry per link class; sweeps across nodes (nodes > 1) fit the inter-node class ``net``."""
+def fit_links(samples: Iterable[AllReduceSample], net_probes: Sequence[dict[str, Any]] = ()) -> dict[str, dict[str, Any]]:
+    """One entry per link class; sweeps across nodes (nodes > 1) fit the inter-node class ``net``,
+    whose endpoint's duplex factor comes from ``net_probes`` (the harness's --net-probe records)."""
     by_class: dict[str, list[AllReduceSample]] = defaultdict(list)
     for sample in samples:
         if sample.nodes == 1 and sample.algorithm == "tree":
@@ -219,7 +221,8 @@ def fit_links(samples: Iterable[AllReduceSample]) -> dict[str, dict[str, Any]]:
     for link_class, group in sorted(by_class.items(), key=lambda kv: (kv[0] == INTER_NODE_LINK_CLASS, kv[0])):
         if link_class == INTER_NODE_LINK_CLASS:
             one_node = {k: v for k, v in fitted.items() if k != INTER_NODE_LINK_CLASS}
-            fitted[link_class] = fit_network(group, one_node, [s for k, g in by_class.items() if k in one_node for s in g])
+            fitted[link_class] = fit_network(group, one_node, [s for k, g in by_class.items() if k in one_node for s in g],
+                                             duplex=duplex_factor(net_probes))
             continue
         entry = fit_link_class(group)
         worlds = sorted({s.world_size for s in group})
@@ -238,7 +241,7 @@ def shape_key(nodes: int, world_size: int) -> str:
 
 
 def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str, Any]] | None = None,
-                one_node_samples: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
+                one_node_samples: Sequence[AllReduceSample] = (), duplex: dict[str, Any] | None = None) -> dict[str, Any]:
     """The inter-node network, from all-reduce sweeps across nodes, apart from the intra-node classes.
 
     A ring across nodes waits on its slowest hop every step, the network's: so one per-hop latency
@@ -247,6 +250,14 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     Where the sweeps say which algorithm ran, the ring's curves are fitted on the forced rings and
     the tree's own network hop and bandwidth on the forced trees (``_tree_network_fit``).
     ``one_node_samples``: the one-node sweeps, whose rows give the base and intra-node hop latency.
+    ``duplex``: the endpoint's measured duplex factor (``netprobe.duplex_factor``). A GPU that sends
+    and receives across nodes at once gets that fraction of its one-way rate (NCCL's socket proxy);
+    the fitted bandwidth is the one-way rate: a ring with one GPU per node (every endpoint both ways)
+    measures duplex x that rate, a ring with several (the node's last GPU sends, its first receives,
+    NCCL's channels all in one order on one NIC) the rate itself, and a tree (each node's tree GPU
+    both ways) duplex x the rate. So 4x1 and 2x2 rings, 3.4 and 6.6 GB/s per hop on one allocation,
+    describe one endpoint. Without a measurement the endpoint is taken as full duplex, and the entry
+    says so.
     """
     from dataclasses import replace
 
@@ -262,14 +273,19 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     inside = [s for s in one_node_samples if s.link_class == intra_name]
     used = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in chosen]
     trees = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in samples if s.algorithm == "tree" and rings]
-    entry = _network_entry(used, intra_name, intra, inside, trees)
+    factor = duplex["value"] if duplex else 1.0
+    source = (f"measured: --net-probe, {len(duplex['per_launch'])} launches ("
+              + ", ".join(f"{k} {v:.2f}" for k, v in duplex["per_launch"].items()) + f"); {duplex['how']}"
+              if duplex else "not measured (no netprobe.jsonl): full duplex assumed")
+    entry = _with_duplex(_network_entry(used, intra_name, intra, inside, trees, factor), factor, source)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
     entry["shapes"] = shapes
     entry["algorithm_fitted"] = "ring" if rings else "NCCL's default choice"
     if len(shapes) > 1:
         entry["by_shape"] = {
-            key: _network_entry([s for s in used if shape_key(s.nodes, s.world_size) == key], intra_name, intra, inside,
-                                [s for s in trees if shape_key(s.nodes, s.world_size) == key])
+            key: _with_duplex(_network_entry([s for s in used if shape_key(s.nodes, s.world_size) == key], intra_name,
+                                             intra, inside, [s for s in trees if shape_key(s.nodes, s.world_size) == key],
+                                             factor), factor, source)
             for key in shapes
         }
     return entry
@@ -286,8 +302,24 @@ def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict
     return next(iter(one_node)) if len(one_node) == 1 else None
 
 
+def _with_duplex(entry: dict[str, Any], duplex_factor: float, source: str) -> dict[str, Any]:
+    """The entry with the duplex factor its bandwidth was fitted under: the measured one where NCCL's
+    structure was fitted, 1 for an envelope fit (its bandwidth is what each shape's ring got)."""
+    if "protocol_fits" in entry:
+        return dict(entry, duplex_factor=duplex_factor, duplex_source=source)
+    return dict(entry, duplex_factor=1.0, duplex_source=f"not applied (envelope fit of each shape's rings); {source}")
+
+
+def ring_duplex_multiplier(gpus_per_node: int, duplex_factor: float) -> float:
+    """The fraction of the endpoint's one-way rate a ring across nodes gets per network hop: with one
+    GPU per node every endpoint sends and receives (``duplex_factor``), with several the node's last
+    GPU only sends and its first only receives (1)."""
+    return duplex_factor if gpus_per_node == 1 else 1.0
+
+
 def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intra: dict[str, Any] | None,
-                   inside: Sequence[AllReduceSample] = (), trees: Sequence[AllReduceSample] = ()) -> dict[str, Any]:
+                   inside: Sequence[AllReduceSample] = (), trees: Sequence[AllReduceSample] = (),
+                   duplex_factor: float = 1.0) -> dict[str, Any]:
     """The network's entry: the envelope fit of ``fit_link_class``, and where NCCL's log names every
     row's protocol and a one-node fit exists, NCCL's latency structure in its place (tuning.cc
     ``ncclTopoTuneModel``: ring latency = base + intra-node hops x intraLat + inter-node steps x
@@ -320,9 +352,13 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
         return base_s[protocol] + intra_hops * intra_hop_s[protocol]
 
     # protocol -> (net hop s, bus bandwidth B/s)
+    def volume(s: AllReduceSample) -> float:
+        # bytes at the endpoint's one-way rate: a both-ways endpoint moves them at duplex x that rate
+        return s.bytes * 2 * (s.world_size - 1) / s.world_size / ring_duplex_multiplier(s.world_size // s.nodes,
+                                                                                         duplex_factor)
+
     fits = _hop_and_bandwidth_per_protocol(
-        used, hops=lambda s: counts[(s.world_size, s.world_size // s.nodes)][1],
-        volume=lambda s: s.bytes * 2 * (s.world_size - 1) / s.world_size, fixed_s=fixed_s)
+        used, hops=lambda s: counts[(s.world_size, s.world_size // s.nodes)][1], volume=volume, fixed_s=fixed_s)
     if "simple" not in fits:
         entry["latency_structure"] = "envelope fit (no Simple rows to fit the network's bandwidth on)"
         return entry
@@ -331,7 +367,7 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
     hop = {p: fits.get(p, fits["simple"])[0] for p in PROTOCOL_NAMES}
     bus = {p: fits.get(p, fits["simple"])[1] for p in PROTOCOL_NAMES}
     efficiency = {p: min(1.0, bus[p] / reference_Bps) for p in PROTOCOL_NAMES}
-    tree = _tree_network_fit(trees, base_s, intra_hop_s, reference_Bps, efficiency)
+    tree = _tree_network_fit(trees, base_s, intra_hop_s, reference_Bps * duplex_factor, efficiency)
     tree_hop = {p: tree["hop_latency_s"][p] for p in PROTOCOL_NAMES} if tree else hop
     ran = {s.nccl_protocol for s in used if s.nccl_protocol}
     default = ProtocolTable()
@@ -363,7 +399,7 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
     def time_s(s: AllReduceSample) -> float:
         protocol = s.nccl_protocol or "simple"
         _, inter_hops = counts[(s.world_size, s.world_size // s.nodes)]
-        transfer_s = s.bytes * 2 * (s.world_size - 1) / s.world_size / bus[protocol]
+        transfer_s = volume(s) / bus[protocol]
         return max(floor_s, fixed_s(s, protocol) + inter_hops * hop[protocol] + transfer_s)
 
     errors = [abs(time_s(s) / s.time_s - 1) * 100 for s in used]

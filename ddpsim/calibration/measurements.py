@@ -338,7 +338,7 @@ def find_data_files(data_dir: str) -> dict[str, list[str]]:
     """Campaign folders under ``data_dir`` (any depth): their allreduce, ddp_runs and profiles paths."""
     if not os.path.isdir(data_dir):
         raise ScenarioError("measurement folder not found", file=data_dir)
-    found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": [], "microbench": []}
+    found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": [], "microbench": [], "netprobe": []}
     for root, _dirs, files in sorted(os.walk(data_dir)):
         for name in sorted(files):
             path = os.path.join(root, name)
@@ -346,6 +346,8 @@ def find_data_files(data_dir: str) -> dict[str, list[str]]:
                 found["allreduce"].append(path)
             elif name == "microbench.jsonl":
                 found["microbench"].append(path)
+            elif name == "netprobe.jsonl":
+                found["netprobe"].append(path)
             elif name == "ddp_runs.jsonl":
                 found["ddp_runs"].append(path)
             elif name.endswith(".json") and os.path.basename(root) == "profiles":

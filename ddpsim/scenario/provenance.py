@@ -49,6 +49,7 @@ def inter_node_source(scenario: Scenario) -> str:
         "cluster.inter_node.latency": format_time(inter.latency_s),
         "cluster.inter_node.oversubscription": f"{inter.oversubscription:g}",
         "cluster.inter_node.nics_per_node": "one per GPU" if inter.nics_per_node is None else str(inter.nics_per_node),
+        "cluster.inter_node.duplex_factor": f"{inter.duplex_factor:g}",
     }, "nothing measured them")
 
 

@@ -187,6 +187,12 @@ class InterNodeSpec:
                                    minimum=1.0, maximum=1000.0, low_rule="is a ratio >= 1 (1 = non-blocking)")
     nics_per_node: int | None = spec("nics_per_node", "int", "NICs of a node", None, minimum=1,
                                      maximum=MAX_GPUS_PER_NODE, default_text="one per GPU")
+    duplex_factor: float = spec(
+        "duplex_factor", "number",
+        "per-direction rate of a GPU's network endpoint while it sends and receives at once, as a fraction "
+        "of its one-way rate (1: full duplex, as an InfiniBand/RoCE NIC; about 0.5 to 0.65 for NCCL's socket "
+        "transport on one host, measured by the harness's --net-probe)", 1.0,
+        minimum=0.05, maximum=1.0, low_rule="is a fraction > 0", high_rule="is a fraction and must be at most 1")
 
 
 @dataclass(frozen=True)

@@ -343,6 +343,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
     _check_latency(inter.latency_s, "cluster.inter_node.latency")
     _check_positive(inter.oversubscription, "cluster.inter_node.oversubscription", "oversubscription")
     nic_Bps, half_latency_s = inter.nic_bandwidth_Bps, inter.latency_s / 2
+    endpoint = _EndpointBudget(links, vertices, inter.duplex_factor)
 
     leaf_names: list[str] = []
     leaf_down_Bps: list[float] = []
@@ -358,7 +359,8 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
         for rank in range(n_nodes * g):
             node, i = divmod(rank, g)
             up, down = links.add_duplex(_gpu(node, i), leaf_names[i], nic_Bps, half_latency_s, "inter")
-            router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up,), (down,), i
+            shared = endpoint.add(_gpu(node, i), nic_Bps)
+            router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up, *shared), (down, *shared), i
     else:
         default_nics = g if inter.type == "fat-tree" else 1
         nics = default_nics if inter.nics_per_node is None else inter.nics_per_node
@@ -377,8 +379,9 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
                 for i in range(g):
                     up, down = links.add_duplex(_gpu(node, i), leaf_names[leaf], nic_Bps * nics / g,
                                                 half_latency_s, "inter")
+                    shared = endpoint.add(_gpu(node, i), nic_Bps * nics / g)
                     rank = node * g + i
-                    router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up,), (down,), leaf
+                    router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up, *shared), (down, *shared), leaf
                 continue
             ports = []
             for j in range(nics):
@@ -389,9 +392,10 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
                 j = i * nics // g
                 # the GPU->NIC hop (PCIe) is given the NIC's rate so that it never is the bottleneck
                 gpu_up, gpu_down = links.add_duplex(_gpu(node, i), f"n{node}.nic{j}", nic_Bps, 0.0, "inter")
+                shared = endpoint.add(_gpu(node, i), nic_Bps)
                 rank = node * g + i
-                router.to_leaf[rank] = (gpu_up, ports[j][0])
-                router.from_leaf[rank] = (ports[j][1], gpu_down)
+                router.to_leaf[rank] = (gpu_up, *shared, ports[j][0])
+                router.from_leaf[rank] = (ports[j][1], *shared, gpu_down)
                 router.leaf_of[rank] = leaf
 
     for name in leaf_names:
@@ -404,6 +408,39 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
             router.leaf_up.append(up)
             router.leaf_down.append(down)
     return ports_per_node
+
+
+class _EndpointBudget:
+    """What a GPU's network endpoint moves in both directions together, where that is less than two
+    full directions (``cluster.inter_node.duplex_factor`` < 1).
+
+    Why: NCCL's socket transport copies every byte through the rank's proxy and socket threads, so a
+    rank that sends and receives at once gets less each way than one that only sends. Measured with
+    the harness's ``--net-probe`` on 4 x H200, one host, emulated nodes (validation/data/
+    h200x4-multinode-2026-11-27): one flow per endpoint 3.7 to 4.5 GB/s, the same endpoints both
+    ways 2.0 to 2.7 GB/s per flow. Modelled as one more directed link per endpoint, capacity
+    2 x duplex_factor x the endpoint's rate, that both its outgoing and incoming routes cross, so
+    max-min sharing gives each direction min(rate, duplex_factor x rate) when both are busy and the
+    full rate when one is. A self-loop on the GPU's ``<gpu>.endpoint`` vertex: it joins nothing.
+    """
+
+    def __init__(self, links: _LinkTable, vertices: dict[str, dict[str, object]], duplex_factor: float) -> None:
+        self.links, self.vertices, self.duplex_factor = links, vertices, float(duplex_factor)
+
+    def add(self, gpu: str, rate_Bps: float) -> tuple[int, ...]:
+        """The link ids to add to the GPU's routes both ways: none at full duplex."""
+        if self.duplex_factor >= 1.0:
+            return ()
+        name = f"{gpu}.endpoint"
+        self.vertices[name] = {"kind": "endpoint"}
+        links = self.links
+        link_id = len(links.src)
+        links.src.append(name)
+        links.dst.append(name)
+        links.bandwidth_Bps.append(2.0 * self.duplex_factor * rate_Bps)
+        links.latency_s.append(0.0)
+        links.link_class.append("inter")
+        return (link_id,)
 
 
 class _GraphRouter:

@@ -59,7 +59,8 @@ def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
 
 
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
-RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl")
+RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl",
+                "netprobe.jsonl")
 RESULT_DIRS = ("profiles", "logs")
 RESULT_GLOBS = ("allreduce_*_w*.txt",)
 
@@ -284,6 +285,15 @@ def summary(out):
             if r.get("bench") == "allreduce_overlap" and r.get("status") == "ok":
                 lines.append(f"{r['kernel']:<5} {r['bytes'] >> 10:6d} KiB allreduce x{r['allreduce_slowdown_ratio']:.2f} "
                              f"kernel x{r['kernel_slowdown_ratio']:.2f}")
+    probes = read_jsonl(os.path.join(out, "netprobe.jsonl"))
+    if probes:
+        lines.append("=== net probe: per-flow rate of each point-to-point pattern ===")
+        for r in probes:
+            if r.get("status") == "ok":
+                lines.append(f"{r['launch_id']!s:<16} {r['pattern']:<14} {len(r['flows']):2d} flows "
+                             f"{r['time_s_median'] * 1e3:8.2f} ms  {r['flow_GBps']:6.2f} GB/s per flow")
+            else:
+                lines.append(f"{r.get('launch_id')!s:<16} FAILED {(r.get('error') or '')[-200:]}")
     return "\n".join(lines)
 
 
@@ -326,6 +336,8 @@ def main(argv=None):
                          "allocations profiling at once predicted no better (benchmarks/concurrent_profile.py)")
     ap.add_argument("--microbench", action="store_true", help="one micro-benchmark launch (largest world, nvlink)")
     ap.add_argument("--skip-allreduce", action="store_true")
+    ap.add_argument("--net-probe", action="store_true",
+                    help="multi-node launches also run point-to-point patterns over the network (netprobe.jsonl)")
     ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
     ap.add_argument("--cpu-slots", type=int, default=0, help="dry run: pretend N devices, run on CPU with gloo")
     ap.add_argument("--pack-to", default=None, help="also copy the tarball here after every launch")
@@ -471,6 +483,8 @@ def main(argv=None):
                 keys = []
             if N > 1:
                 cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
+                if a.net_probe and kind == "sweep":
+                    cmd += ["--net-probe"]
             if kind == "repeat":
                 cmd += ["--skip-allreduce", "--no-timing-run"]
             else:

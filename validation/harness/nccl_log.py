@@ -102,5 +102,12 @@ def trim(text: str, max_lines: int = 400) -> str:
             continue
         kept.append(ln)
     head = kept[:max_lines]
+    if len(kept) > len(head):
+        # never end inside a communicator's init: its tuning table without the 'N coll channels' line that
+        # closes it reads as a truncated log; cut at the start of that communicator instead
+        done = max((i for i, ln in enumerate(head) if " coll channels" in ln), default=-1)
+        starts = [i for i, ln in enumerate(head) if "Init START" in ln and i > done]
+        if starts:
+            head = head[:starts[0]]
     tail = [f"# ddpsim: {len(kept) - len(head):d} more lines cut"] if len(kept) > len(head) else []
     return "\n".join(head + tail + [f"# ddpsim: {dropped:d} per-call TUNING lines cut (summarised in the records)"]) + "\n"

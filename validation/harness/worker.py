@@ -876,6 +876,27 @@ def sweep_name(transport, W, shape, algo):
     return f"allreduce_{transport}_w{W:d}_{shape['nodes']:d}x{shape['gpus_per_node']:d}_{algo}.txt"
 
 
+def net_probe(a, device, W, fp, shape, launch_id):
+    """Point-to-point patterns across the (emulated) nodes: the network endpoint's rates (netprobe.py)."""
+    from . import netprobe
+
+    base = {"schema": "ddpsim.netprobe/1", "fingerprint": fp, "world_size": W, "transport": a.transport,
+            "launch_id": launch_id, **shape}
+    t0 = time.perf_counter()
+    try:
+        recs = netprobe.probe(device, W, shape["gpus_per_node"], budget_s=30.0 if not a.quick else 5.0)
+        if dist.get_rank() == 0:
+            for r in recs:
+                append_jsonl(os.path.join(a.out, "netprobe.jsonl"), dict(base, status="ok", error=None, **r))
+            log(f"net probe: {len(recs)} patterns in {time.perf_counter() - t0:.1f}s: " + ", ".join(
+                f"{r['pattern']} {r['flow_GBps']:.2f} GB/s per flow" for r in recs))
+    except Exception:  # noqa: BLE001
+        log("net probe FAILED", traceback.format_exc()[-600:])
+        if dist.get_rank() == 0:
+            append_jsonl(os.path.join(a.out, "netprobe.jsonl"),
+                         dict(base, bench="net_p2p", status="failed", error=traceback.format_exc()[-4000:]))
+
+
 def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launch_id):
     rank = dist.get_rank()
     algos = [x for x in a.algos.split(",") if x]
@@ -1199,6 +1220,8 @@ def main(argv=None):
     ap.add_argument("--inter-node-transport", default=None, help="label recorded for the inter-node transport")
     ap.add_argument("--algos", default="default", help="all-reduce sweeps: default,ring,tree")
     ap.add_argument("--skip-allreduce", action="store_true")
+    ap.add_argument("--net-probe", action="store_true",
+                    help="across nodes: point-to-point patterns over the network (netprobe.jsonl, see netprobe.py)")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
@@ -1278,6 +1301,8 @@ def main(argv=None):
 
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
+    if a.net_probe and shape["nodes"] > 1:
+        net_probe(a, device, W, fp, shape, launch_id)
 
     if not a.skip_ddp:
         timing_cap = None if a.no_timing_run else _cap_value(a.timing_cap)

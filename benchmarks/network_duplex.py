@@ -1,0 +1,149 @@
+"""Shape transfer across emulated nodes, with and without the network endpoint's measured duplex factor.
+
+Run: ``.venv/bin/python benchmarks/network_duplex.py``.
+
+The duplex factor is measured with point-to-point transfers (the harness's ``--net-probe``, never an
+all-reduce). For each
+campaign with several multi-node shapes, the network is fitted on some shapes' forced-Ring sweeps (plus
+the one-node forced-Ring sweeps for the intra-node class, as ``multinode_allreduce.py`` does) and every
+sweep of the held-out shapes (NCCL's default, forced Ring, forced Tree) is predicted, once taking the
+endpoint as full duplex (what ddpsim did before) and once with the probe's factor. On the two campaigns
+with a probe (``OWN_PROBE``, 4 x H200 and 4 x H100, 2026-11-27) it ran on the same allocation; on the
+older ones (no probe) the factor measured on the H200 campaign is carried over. Columns: mean / max |error| in percent
+below 1 MiB and from 1 MiB, per held-out sweep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402
+
+from ddpsim.calibration.calibrate import load_measurements  # noqa: E402
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict  # noqa: E402
+from ddpsim.calibration.fit import fit_links  # noqa: E402
+from ddpsim.calibration.netprobe import duplex_factor, read_net_probes  # noqa: E402
+from ddpsim.calibration.validate import validate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PROBED = "h200x4-multinode-2026-11-27"
+# campaigns whose own --net-probe measured their endpoint (each uses its own factor; the others carry PROBED's)
+OWN_PROBE = (PROBED, "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
+             "h100x4-multinode-2026-11-27c")
+REFERENCE = "validation/calibration-h200x4-multinode.json"
+CAMPAIGNS = (*OWN_PROBE, "h200x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b",
+             "h100x4-multinode-2026-11-26d")
+# (title, fitted shapes, held-out shapes): forced-Ring sweeps fitted, every sweep of the held-out shapes predicted
+SPLITS = (
+    ("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
+    ("fit 4x1, predict 2x2", {"4x1"}, {"2x2"}),
+    ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}),
+)
+
+
+def _errors(calibration: Any, record: dict[str, Any]) -> tuple[list[float], list[float]]:
+    """|error| % of every size of one sweep: below 1 MiB, from 1 MiB."""
+    model, floor_s = _model(calibration, record)
+    forced = record.get("algorithm_forced")
+    small: list[float] = []
+    large: list[float] = []
+    for row in record["rows"]:
+        algorithm, protocol = model.choose(row["bytes"], forced or "auto", "auto")
+        predicted = max(model.allreduce_time_s(row["bytes"], algorithm, protocol), floor_s)
+        (large if row["bytes"] >= MIB else small).append(_relative_pct(predicted, row["time_us_median"] * 1e-6))
+    return small, large
+
+
+def _cell(values: list[float]) -> str:
+    return f"{sum(values) / len(values):5.1f} /{max(values):6.1f}" if values else f"{'-':>13s}"
+
+
+def main() -> int:
+    for campaign in OWN_PROBE:
+        duplex = duplex_factor(_probe_records(os.path.join(ROOT, "validation", "data", campaign)))
+        assert duplex is not None, f"{campaign}/netprobe.jsonl has no pattern of both kinds"
+        print(f"duplex factor measured on {campaign}: {duplex['value']:.3f} (per launch: "
+              + ", ".join(f"{k} {v:.3f}" for k, v in duplex["per_launch"].items()) + ")")
+    print()
+    print(f"{'campaign / split / held-out sweep':62s} {'full duplex <1 MiB':>18s} {'>=1 MiB':>13s}   "
+          f"{'measured <1 MiB':>15s} {'>=1 MiB':>13s}")
+    pooled: dict[str, dict[str, list[float]]] = {"full": {"small": [], "large": []}, "measured": {"small": [], "large": []}}
+    for campaign in CAMPAIGNS:
+        data = os.path.join(ROOT, "validation", "data", campaign)
+        path = os.path.join(data, "allreduce.jsonl")
+        if not os.path.isfile(path):
+            continue
+        records = [r for r in _load(data) if r.get("status") == "ok"]
+        shapes = {_shape(r) for r in records if r["nodes"] > 1}
+        one_node = [s for r in records if r["nodes"] == 1 and r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
+        for title, train, test in SPLITS:
+            if not (train <= shapes and test & shapes):
+                continue
+            fitted = [s for r in records if r["nodes"] > 1 and _shape(r) in train and r.get("algorithm_forced") == "ring"
+                      for s in _samples(r, path)]
+            probe_dir = data if campaign in OWN_PROBE else os.path.join(ROOT, "validation", "data", PROBED)
+            calibrations = {
+                "full": calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, title),
+                "measured": calibration_from_dict(
+                    {"schema": SCHEMA, "link_classes": fit_links(one_node + fitted, _probe_records(probe_dir))}, title),
+            }
+            print(f"{campaign}: {title}")
+            for record in records:
+                if record["nodes"] < 2 or _shape(record) not in test:
+                    continue
+                cells = []
+                for key, calibration in calibrations.items():
+                    small, large = _errors(calibration, record)
+                    pooled[key]["small"] += small
+                    pooled[key]["large"] += large
+                    cells.append(f"{_cell(small):>18s} {_cell(large):>13s}")
+                label = f"  {_shape(record)} {record['launch_id']} {record.get('algorithm_forced') or 'default'}"
+                print(f"{label:62s} {cells[0]}   {cells[1]}")
+    print(f"\n{'every held-out sweep above, pooled':62s} "
+          f"{_cell(pooled['full']['small']):>18s} {_cell(pooled['full']['large']):>13s}   "
+          f"{_cell(pooled['measured']['small']):>15s} {_cell(pooled['measured']['large']):>13s}")
+    for campaign in OWN_PROBE:
+        _ddp_transfer(os.path.join(ROOT, "validation", "data", campaign))
+    return 0
+
+
+def _ddp_transfer(probe_dir: str) -> None:
+    """DDP runs of a shape whose sweeps were never fitted: the network from the other shapes' sweeps of
+    campaign q (forced Ring and Tree, plus the one-node sweeps), DDP overheads from campaign M's
+    calibration (another allocation), every DDP run of the held-out shape predicted."""
+    with open(os.path.join(ROOT, REFERENCE), encoding="utf-8") as handle:
+        reference = json.load(handle)
+    measurements = load_measurements([probe_dir])
+    print(f"\nDDP runs of {os.path.basename(probe_dir)}, network fitted on other shapes' sweeps (and its own probe), "
+          f"overheads of {REFERENCE}")
+    print(f"{'split':34s} {'held-out group':14s} {'runs':>4s} {'full duplex mean / max / bias':>31s}   "
+          f"{'measured mean / max / bias':>28s}")
+    for title, train, test in (("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
+                               ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"})):
+        samples = [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
+        cells: dict[str, list[str]] = {}
+        for probes in ((), measurements.net_probes):
+            calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), title)
+            result = validate([probe_dir], calibration)
+            for group, runs in result.by_transport().items():
+                if group.split()[-1] not in test:
+                    continue
+                errors = [r.error_pct for r in runs]
+                cells.setdefault(group, []).append(
+                    f"{len(runs):4d} {sum(abs(e) for e in errors) / len(errors):8.1f} / {max(abs(e) for e in errors):5.1f} / "
+                    f"{sum(errors) / len(errors):+6.1f}")
+        for group, (full, measured) in cells.items():
+            print(f"{title:34s} {group:14s} {full}          {measured[5:]}")
+
+
+def _probe_records(probe_dir: str) -> list[dict[str, Any]]:
+    return read_net_probes(os.path.join(probe_dir, "netprobe.jsonl"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""The network endpoint's duplex factor, measured by the harness's ``--net-probe`` (netprobe.jsonl).
+
+A pattern of point-to-point flows between nodes is "both ways" when every endpoint in it sends and
+receives, "one way" when every endpoint only sends or only receives (which pattern is which follows
+from its flows, not from its name). Per launch, the duplex factor is the median per-flow rate of its
+both-ways patterns over the median of its one-way patterns; the campaign's is the median over its
+launches, reported with each launch's value (one launch's probe varies about as much as the network
+does between launches, 10 to 20% on sockets).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from ddpsim.errors import ScenarioError
+
+SCHEMA = "ddpsim.netprobe/1"
+
+
+def read_net_probes(path: str) -> list[dict[str, Any]]:
+    """The ok records of one netprobe.jsonl, each checked for what the duplex factor reads."""
+    records = []
+    from ddpsim.calibration.measurements import read_jsonl
+
+    for line, record in enumerate(read_jsonl(path), start=1):
+        if record.get("schema") != SCHEMA or record.get("status") != "ok":
+            continue
+        flows, rate = record.get("flows"), record.get("flow_GBps")
+        if not (isinstance(flows, list) and flows and all(isinstance(f, list) and len(f) == 2 for f in flows)):
+            raise ScenarioError("expected a list of [source, destination] rank pairs", file=f"{path}:{line}",
+                                field="flows")
+        if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
+            raise ScenarioError(f"expected a positive rate, got {rate!r}", file=f"{path}:{line}", field="flow_GBps")
+        records.append(dict(record, _source=f"{path}:{line}"))
+    return records
+
+
+def direction(flows: Sequence[Sequence[int]]) -> str | None:
+    """'both' (every endpoint sends and receives), 'one' (each only sends or only receives), else None."""
+    senders = {int(f[0]) for f in flows}
+    receivers = {int(f[1]) for f in flows}
+    if senders == receivers:
+        return "both"
+    if not senders & receivers:
+        return "one"
+    return None
+
+
+def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Per launch: median both-ways per-flow rate over median one-way rate, where it measured both."""
+    by_launch: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"both": [], "one": []})
+    for record in records:
+        kind = direction(record["flows"])
+        if kind is not None:
+            by_launch[str(record.get("launch_id"))][kind].append(float(record["flow_GBps"]))
+    return {
+        launch: statistics.median(rates["both"]) / statistics.median(rates["one"])
+        for launch, rates in sorted(by_launch.items()) if rates["both"] and rates["one"]
+    }
+
+
+def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
+    """{value, per_launch, how, point_to_point}, or None where no launch measured both kinds of pattern.
+
+    Where a launch measured NCCL's collectives between the two endpoints (broadcast one way,
+    all-reduce both ways: ``bench`` net_collective), their ratio is the launch's factor: DDP's
+    all-reduces run on those channels and protocols. Point-to-point patterns decide where there are
+    none (older probes), and are reported beside for comparison."""
+    collective = _ratios([r for r in records if r.get("bench") == "net_collective"])
+    p2p = _ratios([r for r in records if r.get("bench") != "net_collective"])
+    per_launch = {**p2p, **collective}
+    if not per_launch:
+        return None
+    value = min(1.0, statistics.median(per_launch.values()))
+    return {
+        "value": value,
+        "per_launch": per_launch,
+        "point_to_point": p2p,
+        "how": ("per launch: per-flow rate of a two-rank all-reduce across nodes over a broadcast's (NCCL's "
+                "collectives); median over launches" if len(collective) == len(per_launch) else
+                "per launch: the collectives' ratio (two-rank all-reduce over broadcast) where measured, else the "
+                "median per-flow rate of the point-to-point patterns where every endpoint sends and receives over "
+                "the median of those where each only sends or only receives; median over launches"),
+    }
