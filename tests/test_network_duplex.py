@@ -66,8 +66,10 @@ def test_duplex_factor_is_the_median_over_launches_of_both_ways_over_one_way():
     mixed = duplex_factor(records + collective)
     assert mixed["per_launch"]["a"] == pytest.approx(0.6) and mixed["point_to_point"]["a"] == pytest.approx(2.2 / 4.2)
     assert mixed["value"] == pytest.approx(0.6)  # median of 0.6, 0.75, 0.5
-    # an endpoint that is faster both ways than one way is not better than full duplex
+    # an endpoint that is faster both ways than one way is not better than full duplex, nor worse than half
     assert duplex_factor([_probe("x", [[0, 1]], 2.0), _probe("x", [[0, 1], [1, 0]], 3.0)])["value"] == 1.0
+    low = duplex_factor([_probe("x", [[0, 1]], 4.0), _probe("x", [[0, 1], [1, 0]], 1.6)])
+    assert low["value"] == 0.5 and low["per_launch"]["x"] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("nodes, g", [(2, 1), (4, 1), (2, 2), (3, 2), (2, 4)])
@@ -168,3 +170,34 @@ def test_a_network_fitted_on_one_gpu_per_node_predicts_2x2_ddp_steps(campaign):
         errors[key] = sum(abs(r.error_pct) for r in runs) / len(runs)
     assert errors["measured"] <= 12.0
     assert errors["full"] > 25.0
+
+
+def test_calibrate_on_a_probed_campaign_writes_the_collectives_factor(tmp_path, capsys):
+    """The CLI passes the folder's probe to the network fit: the factor is the median over launches of the
+    two-rank all-reduce's per-flow rate over the broadcast's, read here straight from the file."""
+    import statistics
+
+    folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27c")
+    rates: dict[str, dict[str, float]] = {}
+    with open(os.path.join(folder, "netprobe.jsonl"), encoding="utf-8") as handle:
+        for line in handle:
+            record = json.loads(line)
+            if record["pattern"].startswith("collective_"):
+                rates.setdefault(record["launch_id"], {})[record["pattern"]] = record["flow_GBps"]
+    expected = statistics.median(r["collective_two_way"] / r["collective_one_way"] for r in rates.values())
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", folder, "--links-only", "--out", str(out)]) == 0
+    net = json.loads(out.read_text())["link_classes"]["net"]
+    assert net["duplex_factor"] == pytest.approx(expected)
+    assert all(entry["duplex_factor"] == pytest.approx(expected) for entry in net["by_shape"].values())
+    assert "endpoint duplex factor" in capsys.readouterr().out
+
+
+def test_the_closed_form_takes_the_one_way_rate_whatever_the_budget():
+    """The uncontended closed form prices a network hop at the endpoint's one-way rate; the budget (half
+    duplex here) is sharing, priced by the flow model alone: a 2x2 ring, whose endpoints go one way each,
+    comes out the same from both."""
+    shared, full = _model(2, 2, 0.5), _model(2, 2, 1.0)
+    assert shared.closed_form_s(GiB, "ring") == pytest.approx(full.closed_form_s(GiB, "ring"))
+    assert shared.allreduce_time_s(GiB, "ring", "simple") == pytest.approx(full.allreduce_time_s(GiB, "ring", "simple"),
+                                                                          rel=1e-6)

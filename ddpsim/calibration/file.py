@@ -243,8 +243,8 @@ def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) ->
 
 def _duplex_factor(entry: dict[str, Any], source: str, where: str) -> float:
     value = entry.get("duplex_factor", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
-        raise ScenarioError(f"expected a fraction in (0, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 <= value <= 1:
+        raise ScenarioError(f"expected a fraction in [0.5, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
     return float(value)
 
 

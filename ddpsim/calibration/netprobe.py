@@ -74,7 +74,9 @@ def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     per_launch = {**p2p, **collective}
     if not per_launch:
         return None
-    value = min(1.0, statistics.median(per_launch.values()))
+    # the model's budget (2 x factor x the one-way rate, shared by both directions) spans half duplex
+    # (0.5) to full duplex (1); a probe outside says so in its per-launch values
+    value = min(1.0, max(0.5, statistics.median(per_launch.values())))
     return {
         "value": value,
         "per_launch": per_launch,

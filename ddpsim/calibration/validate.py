@@ -351,7 +351,8 @@ def _fold(
     }
     train_timing = [r for r in measured.timing_runs if key(r) != part]
     data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
-                     timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait)
+                     timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait,
+                     net_probes=measured.net_probes)
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")
     rows, layouts, skipped = [], [], []

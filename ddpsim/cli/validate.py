@@ -57,6 +57,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         fix_measured_stretch=args.fix_measured_stretch,
         idle_start_wait=args.idle_start_wait,
         compute_slowdowns=measured.compute_slowdowns if measured else (),
+        net_probes=measured.net_probes if measured else (),
     )
     noise_source = (f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
                     if args.data_dir else None)
@@ -117,6 +118,9 @@ def _print_calibration(links: dict, overheads: dict) -> None:
     for link_class, entry in links.items():
         if entry.get("protocols_from", "").startswith("no NCCL log"):
             print(f"{link_class}: {entry['protocols_from']}")
+        if "duplex_factor" in entry:
+            # the net rows' busbw is the endpoint's one-way rate; both ways it gets this fraction each way
+            print(f"{link_class}: endpoint duplex factor {entry['duplex_factor']:.2f}, {entry.get('duplex_source', '')}")
         tree = entry.get("tree_fit")
         if isinstance(tree, dict) and not tree.get("fitted", True):
             print(f"{link_class}: {tree['note']}")  # the tree then runs on the ring's network numbers

@@ -420,8 +420,8 @@ class _EndpointBudget:
     h200x4-multinode-2026-11-27): one flow per endpoint 3.7 to 4.5 GB/s, the same endpoints both
     ways 2.0 to 2.7 GB/s per flow. Modelled as one more directed link per endpoint, capacity
     2 x duplex_factor x the endpoint's rate, that both its outgoing and incoming routes cross, so
-    max-min sharing gives each direction min(rate, duplex_factor x rate) when both are busy and the
-    full rate when one is. A self-loop on the GPU's ``<gpu>.endpoint`` vertex: it joins nothing.
+    max-min sharing gives each direction duplex_factor x rate when both are busy and the full rate
+    when one is (hence duplex_factor >= 0.5: below, one direction alone would lose rate too). A self-loop on the GPU's ``<gpu>.endpoint`` vertex: it joins nothing.
     """
 
     def __init__(self, links: _LinkTable, vertices: dict[str, dict[str, object]], duplex_factor: float) -> None:
