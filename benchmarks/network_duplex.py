@@ -2,14 +2,15 @@
 
 Run: ``.venv/bin/python benchmarks/network_duplex.py``.
 
-The duplex factor is measured with point-to-point transfers (the harness's ``--net-probe``, never an
-all-reduce). For each
-campaign with several multi-node shapes, the network is fitted on some shapes' forced-Ring sweeps (plus
+The duplex factor is measured by the harness's ``--net-probe`` (point-to-point transfers, and on S and T
+also a broadcast against a two-rank all-reduce between two endpoints; ``ddpsim.calibration.netprobe``).
+For each campaign with several multi-node shapes, the network is fitted on some shapes' forced-Ring sweeps (plus
 the one-node forced-Ring sweeps for the intra-node class, as ``multinode_allreduce.py`` does) and every
 sweep of the held-out shapes (NCCL's default, forced Ring, forced Tree) is predicted, once taking the
-endpoint as full duplex (what ddpsim did before) and once with the probe's factor. On the two campaigns
-with a probe (``OWN_PROBE``, 4 x H200 and 4 x H100, 2026-11-27) it ran on the same allocation; on the
-older ones (no probe) the factor measured on the H200 campaign is carried over. Columns: mean / max |error| in percent
+endpoint as full duplex (what ddpsim did before) and once with the probe's factor. On the four campaigns
+with a probe (``OWN_PROBE``, Q R S T, 2026-11-27) it ran on the same allocation, and only the probes of
+the fitted shapes' launches are used (the held-out shape's launch measured its own); on the older ones
+(no probe) the factor measured on Q is carried over. Columns: mean / max |error| in percent
 below 1 MiB and from 1 MiB, per held-out sweep.
 """
 
@@ -90,7 +91,7 @@ def main() -> int:
             calibrations = {
                 "full": calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, title),
                 "measured": calibration_from_dict(
-                    {"schema": SCHEMA, "link_classes": fit_links(one_node + fitted, _probe_records(probe_dir))}, title),
+                    {"schema": SCHEMA, "link_classes": fit_links(one_node + fitted, _probe_records(probe_dir, train if campaign in OWN_PROBE else None))}, title),
             }
             print(f"{campaign}: {title}")
             for record in records:
@@ -127,7 +128,8 @@ def _ddp_transfer(probe_dir: str) -> None:
                                ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"})):
         samples = [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
         cells: dict[str, list[str]] = {}
-        for probes in ((), measurements.net_probes):
+        fitted_probes = [p for p in measurements.net_probes if f"{p['nodes']}x{p['gpus_per_node']}" in train]
+        for probes in ([], fitted_probes):
             calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), title)
             result = validate([probe_dir], calibration)
             for group, runs in result.by_transport().items():
@@ -141,8 +143,10 @@ def _ddp_transfer(probe_dir: str) -> None:
             print(f"{title:34s} {group:14s} {full}          {measured[5:]}")
 
 
-def _probe_records(probe_dir: str) -> list[dict[str, Any]]:
-    return read_net_probes(os.path.join(probe_dir, "netprobe.jsonl"))
+def _probe_records(probe_dir: str, shapes: set[str] | None = None) -> list[dict[str, Any]]:
+    """The probe records of a campaign, of the launches of ``shapes`` only where given."""
+    records = read_net_probes(os.path.join(probe_dir, "netprobe.jsonl"))
+    return [r for r in records if shapes is None or f"{r['nodes']}x{r['gpus_per_node']}" in shapes]
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ user's nccl-tests would run before training. Printed beside: the same runs with 
 The three 4 x H100 campaigns swept NCCL's default and forced Ring, not forced Tree. So their own fit prices NCCL's
 tree with the ring's network terms, and a third variant carries M's measured tree bandwidth factor per shape
 (0.60 on 2x2, 0.84 on 4x1: how NCCL's trees load a node's network, a property of the shape) into the
-machine's own fit. The two 2026-11-27 campaigns measured their network endpoint's duplex factor
-(``--net-probe``), which their own fit uses; a fourth variant carries the 4 x H200 one's factor ("Q") into
-the own fit of each campaign that has no probe.
+machine's own fit. The four 2026-11-27 campaigns (Q, R, S, T) measured their network endpoint's duplex
+factor (``--net-probe``), which their own fit uses; a fourth variant carries Q's factor into the own fit of
+each campaign that has no probe.
 
     .venv/bin/python benchmarks/own_network.py
 """

@@ -194,8 +194,9 @@ def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
 def test_net_probe_patterns_cross_nodes_only():
     from validation.harness import netprobe
 
-    for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4)):
+    for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4), (3, 1), (5, 1), (7, 1), (6, 2)):
         pats = netprobe.patterns(world, g)
+        assert all(0 <= r < world for flows in pats.values() for f in flows for r in f)
         assert {"one_way", "two_way", "shift_all", "ring_net_hops"} <= set(pats)
         for flows in pats.values():
             assert flows and all(src // g != dst // g for src, dst in flows)

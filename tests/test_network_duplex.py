@@ -56,20 +56,21 @@ def test_duplex_factor_is_the_median_over_launches_of_both_ways_over_one_way():
         _probe("e", [[0, 1], [1, 2]], 9.0),  # neither kind: ignored
     ]
     result = duplex_factor(records)
-    assert set(result["per_launch"]) == {"a", "b", "c"}
-    assert result["per_launch"]["a"] == pytest.approx(2.2 / 4.2)
+    # a record read from no file has no campaign folder: its launch is "/<launch_id>"
+    assert set(result["per_launch"]) == {"/a", "/b", "/c"}
+    assert result["per_launch"]["/a"] == pytest.approx(2.2 / 4.2)
     assert result["value"] == pytest.approx(2.2 / 4.2)  # median of 0.524, 0.75, 0.5
     assert duplex_factor(records[-2:]) is None
     # where a launch measured NCCL's collectives between two endpoints, their ratio decides for it
     collective = [dict(_probe("a", [[0, 1]], 4.0), bench="net_collective"),
                   dict(_probe("a", [[0, 1], [1, 0]], 2.4), bench="net_collective")]
     mixed = duplex_factor(records + collective)
-    assert mixed["per_launch"]["a"] == pytest.approx(0.6) and mixed["point_to_point"]["a"] == pytest.approx(2.2 / 4.2)
+    assert mixed["per_launch"]["/a"] == pytest.approx(0.6) and mixed["point_to_point"]["/a"] == pytest.approx(2.2 / 4.2)
     assert mixed["value"] == pytest.approx(0.6)  # median of 0.6, 0.75, 0.5
     # an endpoint that is faster both ways than one way is not better than full duplex, nor worse than half
     assert duplex_factor([_probe("x", [[0, 1]], 2.0), _probe("x", [[0, 1], [1, 0]], 3.0)])["value"] == 1.0
     low = duplex_factor([_probe("x", [[0, 1]], 4.0), _probe("x", [[0, 1], [1, 0]], 1.6)])
-    assert low["value"] == 0.5 and low["per_launch"]["x"] == pytest.approx(0.4)
+    assert low["value"] == 0.5 and low["per_launch"]["/x"] == pytest.approx(0.4)
 
 
 @pytest.mark.parametrize("nodes, g", [(2, 1), (4, 1), (2, 2), (3, 2), (2, 4)])
@@ -102,7 +103,7 @@ def test_the_probe_makes_one_endpoint_of_every_shape_on_measured_data():
     with_probe = fit_links(measured.samples, measured.net_probes)["net"]
     without = fit_links(measured.samples)["net"]
     assert 0.45 < with_probe["duplex_factor"] < 0.75
-    assert with_probe["duplex_source"].startswith("measured: --net-probe, 3 launches")
+    assert with_probe["duplex_source"].startswith("measured: --net-probe, 3 launches (h200x4-multinode-2026-11-27/")
     assert without["duplex_factor"] == 1.0 and without["duplex_source"].startswith("not measured")
     rates = {shape: entry["bandwidth_Bps"] for shape, entry in with_probe["by_shape"].items()}
     assert set(rates) == {"2x1", "2x2", "4x1"}
@@ -162,8 +163,11 @@ def test_a_network_fitted_on_one_gpu_per_node_predicts_2x2_ddp_steps(campaign):
         reference = json.load(handle)
     measured = load_measurements([folder])
     samples = [s for s in measured.samples if s.nodes == 1 or (s.nodes, s.world_size) in ((4, 4), (2, 2))]
+    # the held-out shape's own probe launch is not used either
+    fitted_probes = [p for p in measured.net_probes if (p["nodes"], p["gpus_per_node"]) != (2, 2)]
+    assert fitted_probes
     errors = {}
-    for key, probes in (("full", ()), ("measured", measured.net_probes)):
+    for key, probes in (("full", []), ("measured", fitted_probes)):
         calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), "fit")
         runs = validate([folder], calibration).by_transport()["net 2x2"]
         assert len(runs) == 9
@@ -193,11 +197,32 @@ def test_calibrate_on_a_probed_campaign_writes_the_collectives_factor(tmp_path, 
     assert "endpoint duplex factor" in capsys.readouterr().out
 
 
-def test_the_closed_form_takes_the_one_way_rate_whatever_the_budget():
-    """The uncontended closed form prices a network hop at the endpoint's one-way rate; the budget (half
-    duplex here) is sharing, priced by the flow model alone: a 2x2 ring, whose endpoints go one way each,
-    comes out the same from both."""
-    shared, full = _model(2, 2, 0.5), _model(2, 2, 1.0)
+def test_the_closed_form_takes_the_one_way_rate_and_the_flow_model_the_budget():
+    """On 4x1 every endpoint sends and receives: the flow model's ring is 1 / factor slower with the
+    budget, the uncontended closed form (one-way rate per hop) is not."""
+    shared, full = _model(4, 1, 0.6), _model(4, 1, 1.0)
     assert shared.closed_form_s(GiB, "ring") == pytest.approx(full.closed_form_s(GiB, "ring"))
-    assert shared.allreduce_time_s(GiB, "ring", "simple") == pytest.approx(full.allreduce_time_s(GiB, "ring", "simple"),
-                                                                          rel=1e-6)
+    assert shared.allreduce_time_s(GiB, "ring", "simple") == pytest.approx(
+        full.allreduce_time_s(GiB, "ring", "simple") / 0.6, rel=0.01)
+
+
+def test_an_envelope_fit_keeps_each_shapes_measured_rate():
+    """Without NCCL's log naming each row's protocol the network entry is an envelope of what each shape's
+    rings got, which holds the endpoint's sharing already: the probe is recorded, not applied again."""
+    from dataclasses import replace
+
+    measured = load_measurements([PROBED])
+    stripped = [replace(s, nccl_protocol=None) for s in measured.samples]
+    net = fit_links(stripped, measured.net_probes)["net"]
+    assert net["latency_structure"].startswith("envelope")
+    for entry in (net, *net["by_shape"].values()):
+        assert entry["duplex_factor"] == 1.0 and entry["duplex_source"].startswith("not applied")
+
+
+def test_launches_of_several_campaigns_stay_apart():
+    """Launch ids repeat in every campaign ("socket_4x1_0"): two campaigns' probes give six launches."""
+    folders = [PROBED, os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27c")]
+    together = duplex_factor(load_measurements(folders).net_probes)
+    assert len(together["per_launch"]) == 6
+    alone = [duplex_factor(load_measurements([f]).net_probes)["per_launch"] for f in folders]
+    assert sorted(together["per_launch"].values()) == pytest.approx(sorted([*alone[0].values(), *alone[1].values()]))

@@ -196,7 +196,6 @@ def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
 def _fit_class(
     runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None,
     idle_start_wait: bool = False,
-    net_probes: Sequence[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     terms = IDLE_WAIT_TERMS if idle_start_wait else None
     entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured, terms=terms)

@@ -305,7 +305,7 @@ def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict
 def _with_duplex(entry: dict[str, Any], duplex_factor: float, source: str) -> dict[str, Any]:
     """The entry with the duplex factor its bandwidth was fitted under: the measured one where NCCL's
     structure was fitted, 1 for an envelope fit (its bandwidth is what each shape's ring got)."""
-    if "protocol_fits" in entry:
+    if str(entry.get("latency_structure", "")).startswith("NCCL's"):
         return dict(entry, duplex_factor=duplex_factor, duplex_source=source)
     return dict(entry, duplex_factor=1.0, duplex_source=f"not applied (envelope fit of each shape's rings); {source}")
 
@@ -313,7 +313,10 @@ def _with_duplex(entry: dict[str, Any], duplex_factor: float, source: str) -> di
 def ring_duplex_multiplier(gpus_per_node: int, duplex_factor: float) -> float:
     """The fraction of the endpoint's one-way rate a ring across nodes gets per network hop: with one
     GPU per node every endpoint sends and receives (``duplex_factor``), with several the node's last
-    GPU only sends and its first only receives (1)."""
+    GPU only sends and its first only receives (1). That is NCCL's ring on one NIC per node (every
+    channel in one order), what the harness's emulated nodes and ``measured_scenarios`` have; where
+    a scenario gives a node several NICs, the model rotates each channel's order so that every GPU
+    sends and receives, and a 2x2 ring pays the factor too."""
     return duplex_factor if gpus_per_node == 1 else 1.0
 
 

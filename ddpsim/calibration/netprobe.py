@@ -10,11 +10,13 @@ does between launches, 10 to 20% on sockets).
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
+from ddpsim.calibration.measurements import launch_key, read_jsonl
 from ddpsim.errors import ScenarioError
 
 SCHEMA = "ddpsim.netprobe/1"
@@ -23,8 +25,6 @@ SCHEMA = "ddpsim.netprobe/1"
 def read_net_probes(path: str) -> list[dict[str, Any]]:
     """The ok records of one netprobe.jsonl, each checked for what the duplex factor reads."""
     records = []
-    from ddpsim.calibration.measurements import read_jsonl
-
     for line, record in enumerate(read_jsonl(path), start=1):
         if record.get("schema") != SCHEMA or record.get("status") != "ok":
             continue
@@ -34,7 +34,7 @@ def read_net_probes(path: str) -> list[dict[str, Any]]:
                                 field="flows")
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
             raise ScenarioError(f"expected a positive rate, got {rate!r}", file=f"{path}:{line}", field="flow_GBps")
-        records.append(dict(record, _source=f"{path}:{line}"))
+        records.append(dict(record, _source=os.path.abspath(path), _line=line))
     return records
 
 
@@ -55,7 +55,8 @@ def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     for record in records:
         kind = direction(record["flows"])
         if kind is not None:
-            by_launch[str(record.get("launch_id"))][kind].append(float(record["flow_GBps"]))
+            # launch ids repeat in every campaign: a launch is its campaign folder and its id
+            by_launch[launch_key(record)][kind].append(float(record["flow_GBps"]))
     return {
         launch: statistics.median(rates["both"]) / statistics.median(rates["one"])
         for launch, rates in sorted(by_launch.items()) if rates["both"] and rates["one"]

@@ -352,7 +352,7 @@ def _fold(
     train_timing = [r for r in measured.timing_runs if key(r) != part]
     data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
                      timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait,
-                     net_probes=measured.net_probes)
+                     net_probes=[p for p in measured.net_probes if _sample_key(cross, p) != part])
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")
     rows, layouts, skipped = [], [], []
@@ -375,9 +375,9 @@ _FOLD_KEYS: dict[str, Callable[[dict[str, Any]], str]] = {
 }
 
 
-def _sample_key(cross: str, sample: AllReduceSample) -> str | None:
-    """The part an all-reduce sweep belongs to: sweeps measure links, not models, so they stay in
-    every model fold; a launch's or host's own sweeps leave with it."""
+def _sample_key(cross: str, sample: AllReduceSample | dict[str, Any]) -> str | None:
+    """The part an all-reduce sweep (or a network probe record) belongs to: sweeps measure links, not
+    models, so they stay in every model fold; a launch's or host's own sweeps leave with it."""
     if cross == "model":
         return None
     if cross == "launch":

@@ -255,9 +255,10 @@ class CollectiveModel:
         NCCL's multi-node terms (ring intra-node hops floored at the net overhead, the ring
         plateau, protocol factors, LL caps; ``ProtocolTable``) derived here apart from the flow
         model, so that the FAST and DETAILED prices can be checked against it. It prices every
-        network hop at the endpoint's one-way rate: the duplex budget of
-        ``cluster.inter_node.duplex_factor`` < 1 (both directions of a GPU's endpoint busy at once)
-        is sharing, which only the flow model prices.
+        network hop at the endpoint's one-way rate (the budget of ``cluster.inter_node.duplex_factor``,
+        at least 0.5, is never below it): the budget is sharing between a GPU's two directions, which
+        only the flow model prices, so with a factor below 1 a ring with one GPU per node and every
+        tree across nodes are slower in FAST and DETAILED than here.
         """
         topo, table = self.topology, self.protocol_table
         algorithm, protocol = _check_algorithm(algorithm), _check_protocol(protocol)
@@ -272,9 +273,7 @@ class CollectiveModel:
         def hop(src: int, dst: int) -> tuple[float, float]:
             route = topo.route(src, dst)
             transport = topo.transport(src, dst)
-            # an endpoint's duplex budget (a self-loop link both directions share) is not a hop's capacity
-            links = [i for i in route.link_ids if len(set(topo.link_endpoints(i))) == 2]
-            bandwidth = float(np.min(topo.capacity_Bps[links])) * table.efficiency(protocol, transport)
+            bandwidth = float(np.min(topo.capacity_Bps[list(route.link_ids)])) * table.efficiency(protocol, transport)
             return bandwidth, table.hop_latency(transport, algorithm, protocol, route.latency_s)
 
         intra_Bps, intra_s = hop(0, 1) if g > 1 else (1.0, 0.0)

@@ -890,11 +890,13 @@ def net_probe(a, device, W, fp, shape, launch_id):
                 append_jsonl(os.path.join(a.out, "netprobe.jsonl"), dict(base, status="ok", error=None, **r))
             log(f"net probe: {len(recs)} patterns in {time.perf_counter() - t0:.1f}s: " + ", ".join(
                 f"{r['pattern']} {r['flow_GBps']:.2f} GB/s per flow" for r in recs))
-    except Exception:  # noqa: BLE001
+    except Exception:
+        # a rank that failed leaves the others inside a collective: record it and end the launch
         log("net probe FAILED", traceback.format_exc()[-600:])
-        if dist.get_rank() == 0:
-            append_jsonl(os.path.join(a.out, "netprobe.jsonl"),
-                         dict(base, bench="net_p2p", status="failed", error=traceback.format_exc()[-4000:]))
+        append_jsonl(os.path.join(a.out, "netprobe.jsonl"),
+                     dict(base, bench="net_p2p", status="failed", rank=dist.get_rank(),
+                          error=traceback.format_exc()[-4000:]))
+        raise
 
 
 def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launch_id):
@@ -1301,8 +1303,6 @@ def main(argv=None):
 
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
-    if a.net_probe and shape["nodes"] > 1:
-        net_probe(a, device, W, fp, shape, launch_id)
 
     if not a.skip_ddp:
         timing_cap = None if a.no_timing_run else _cap_value(a.timing_cap)
@@ -1332,6 +1332,8 @@ def main(argv=None):
         run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start, budget_s=a.budget_s,
                         rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
                         nosync_steps=nosync, max_live=a.max_live, log_fn=log)
+    if a.net_probe and shape["nodes"] > 1:
+        net_probe(a, device, W, fp, shape, launch_id)  # last: a failure ends the launch and loses nothing else
     _finish(launch_id, t_start)
     return 0
 
