@@ -110,7 +110,34 @@ def main() -> int:
           f"{_cell(pooled['measured']['small']):>15s} {_cell(pooled['measured']['large']):>13s}")
     for campaign in OWN_PROBE:
         _ddp_transfer(os.path.join(ROOT, "validation", "data", campaign))
+    _probe_kinds()
     return 0
+
+
+def _probe_kinds() -> None:
+    """Which probe: on the campaigns that measured both, every probe record of the campaign, the
+    collectives' ratio (what calibrate takes) against the point-to-point one, same splits as above."""
+    with open(os.path.join(ROOT, REFERENCE), encoding="utf-8") as handle:
+        reference = json.load(handle)
+    print("\nThe probe's kind (every probe record of the campaign): DDP mean / max / bias %")
+    for campaign in OWN_PROBE:
+        folder = os.path.join(ROOT, "validation", "data", campaign)
+        measurements = load_measurements([folder])
+        collective = [p for p in measurements.net_probes if p.get("bench") == "net_collective"]
+        if not collective:
+            continue
+        p2p = [p for p in measurements.net_probes if p.get("bench") != "net_collective"]
+        for title, train, test in (("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
+                                   ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"})):
+            samples = [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
+            for kind, probes in (("collectives", measurements.net_probes), ("point to point", p2p)):
+                calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), title)
+                for group, runs in validate([folder], calibration).by_transport().items():
+                    if group.split()[-1] in test:
+                        errors = [r.error_pct for r in runs]
+                        print(f"  {campaign:30s} {title:30s} {kind:15s} {group:8s} "
+                              f"{sum(abs(e) for e in errors) / len(errors):5.1f} / {max(abs(e) for e in errors):5.1f} / "
+                              f"{sum(errors) / len(errors):+6.1f}")
 
 
 def _ddp_transfer(probe_dir: str) -> None:
