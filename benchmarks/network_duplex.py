@@ -114,60 +114,69 @@ def main() -> int:
     return 0
 
 
+DDP_SPLITS = (("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
+              ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"}))
+
+
+def _reference() -> dict[str, Any]:
+    with open(os.path.join(ROOT, REFERENCE), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def _ddp_errors(folder: str, reference: dict[str, Any], samples: list[Any], probes: list[dict[str, Any]],
+                test: set[str]) -> dict[str, str]:
+    """Per held-out network group of ``test``'s shapes: 'runs mean / max / bias' of the DDP runs, the network
+    fitted on ``samples`` and ``probes``, the overheads ``reference``'s."""
+    calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), folder)
+    cells = {}
+    for group, runs in validate([folder], calibration).by_transport().items():
+        if group.split()[-1] in test:
+            errors = [r.error_pct for r in runs]
+            cells[group] = (f"{len(runs):4d} {sum(abs(e) for e in errors) / len(errors):8.1f} / "
+                            f"{max(abs(e) for e in errors):5.1f} / {sum(errors) / len(errors):+6.1f}")
+    return cells
+
+
+def _fitted_sweeps(measurements: Any, train: set[str]) -> list[Any]:
+    """The one-node sweeps and the multi-node sweeps of the ``train`` shapes."""
+    return [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
+
+
 def _probe_kinds() -> None:
     """Which probe: on the campaigns that measured both, every probe record of the campaign, the
     collectives' ratio (what calibrate takes) against the point-to-point one, same splits as above."""
-    with open(os.path.join(ROOT, REFERENCE), encoding="utf-8") as handle:
-        reference = json.load(handle)
+    reference = _reference()
     print("\nThe probe's kind (every probe record of the campaign): DDP mean / max / bias %")
     for campaign in OWN_PROBE:
         folder = os.path.join(ROOT, "validation", "data", campaign)
         measurements = load_measurements([folder])
-        collective = [p for p in measurements.net_probes if p.get("bench") == "net_collective"]
-        if not collective:
+        if not any(p.get("bench") == "net_collective" for p in measurements.net_probes):
             continue
         p2p = [p for p in measurements.net_probes if p.get("bench") != "net_collective"]
-        for title, train, test in (("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
-                                   ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"})):
-            samples = [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
+        for title, train, test in DDP_SPLITS:
             for kind, probes in (("collectives", measurements.net_probes), ("point to point", p2p)):
-                calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), title)
-                for group, runs in validate([folder], calibration).by_transport().items():
-                    if group.split()[-1] in test:
-                        errors = [r.error_pct for r in runs]
-                        print(f"  {campaign:30s} {title:30s} {kind:15s} {group:8s} "
-                              f"{sum(abs(e) for e in errors) / len(errors):5.1f} / {max(abs(e) for e in errors):5.1f} / "
-                              f"{sum(errors) / len(errors):+6.1f}")
+                for group, cell in _ddp_errors(folder, reference, _fitted_sweeps(measurements, train), probes,
+                                               test).items():
+                    print(f"  {campaign:30s} {title:30s} {kind:15s} {group:8s} {cell[5:]}")
 
 
 def _ddp_transfer(probe_dir: str) -> None:
-    """DDP runs of a shape whose sweeps were never fitted: the network from the other shapes' sweeps of
-    campaign q (forced Ring and Tree, plus the one-node sweeps), DDP overheads from campaign M's
-    calibration (another allocation), every DDP run of the held-out shape predicted."""
-    with open(os.path.join(ROOT, REFERENCE), encoding="utf-8") as handle:
-        reference = json.load(handle)
+    """DDP runs of a shape whose sweeps were never fitted: the network from the other shapes' sweeps
+    (forced Ring and Tree, plus the one-node sweeps) and those shapes' probe launches, DDP overheads
+    from campaign M's calibration (another allocation), every DDP run of the held-out shape predicted."""
+    reference = _reference()
     measurements = load_measurements([probe_dir])
     print(f"\nDDP runs of {os.path.basename(probe_dir)}, network fitted on other shapes' sweeps (and its own probe), "
           f"overheads of {REFERENCE}")
     print(f"{'split':34s} {'held-out group':14s} {'runs':>4s} {'full duplex mean / max / bias':>31s}   "
           f"{'measured mean / max / bias':>28s}")
-    for title, train, test in (("fit 4x1 + 2x1, predict 2x2", {"4x1", "2x1"}, {"2x2"}),
-                               ("fit 2x2, predict 4x1 and 2x1", {"2x2"}, {"4x1", "2x1"})):
-        samples = [s for s in measurements.samples if s.nodes == 1 or f"{s.nodes}x{s.world_size // s.nodes}" in train]
-        cells: dict[str, list[str]] = {}
+    for title, train, test in DDP_SPLITS:
+        samples = _fitted_sweeps(measurements, train)
         fitted_probes = [p for p in measurements.net_probes if f"{p['nodes']}x{p['gpus_per_node']}" in train]
-        for probes in ([], fitted_probes):
-            calibration = calibration_from_dict(dict(reference, link_classes=fit_links(samples, probes)), title)
-            result = validate([probe_dir], calibration)
-            for group, runs in result.by_transport().items():
-                if group.split()[-1] not in test:
-                    continue
-                errors = [r.error_pct for r in runs]
-                cells.setdefault(group, []).append(
-                    f"{len(runs):4d} {sum(abs(e) for e in errors) / len(errors):8.1f} / {max(abs(e) for e in errors):5.1f} / "
-                    f"{sum(errors) / len(errors):+6.1f}")
-        for group, (full, measured) in cells.items():
-            print(f"{title:34s} {group:14s} {full}          {measured[5:]}")
+        full = _ddp_errors(probe_dir, reference, samples, [], test)
+        measured = _ddp_errors(probe_dir, reference, samples, fitted_probes, test)
+        for group in full:
+            print(f"{title:34s} {group:14s} {full[group]}          {measured[group][5:]}")
 
 
 def _probe_records(probe_dir: str, shapes: set[str] | None = None) -> list[dict[str, Any]]:

@@ -12,7 +12,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ddpsim"
 
 # lower number = lower room; a module may import its own rung and the rungs below it
 LADDER: tuple[tuple[str, ...], ...] = (
-    ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir"),
+    ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread"),
     ("ddpsim.scenario.schema", "ddpsim.topology.link_kinds"),
     ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp"),
     ("ddpsim.calibration.file", "ddpsim.scenario"),

@@ -19,13 +19,13 @@ from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.provenance import inter_node_source, intra_node_source, overheads_source
 from ddpsim.scenario.schema import OverheadSpec, Scenario
+from ddpsim.spread import Z90
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 
 SCHEMA = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
 _SCHEMA_V1 = "ddpsim.calibration/1"
 _FACTOR_TERMS = ("compute_slowdown", "comm_slowdown")
-_Z90 = 1.2815515655446004  # the standard normal's 90th percentile
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class Calibration:
         if all(s is None for s in sigmas):
             return None
         sigma = math.sqrt(sum(s * s for s in sigmas if s is not None))
-        return step_s * math.exp(-_Z90 * sigma), step_s, step_s * math.exp(_Z90 * sigma)
+        return step_s * math.exp(-Z90 * sigma), step_s, step_s * math.exp(Z90 * sigma)
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;

@@ -31,6 +31,7 @@ from ddpsim.calibration.netprobe import duplex_factor
 from ddpsim.collectives import ProtocolTable
 from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
+from ddpsim.spread import sigma_from_p10_p90
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
 
 INTER_NODE_TRANSPORT = nccl_transport_of_class(INTER_NODE_LINK_CLASS)
@@ -688,9 +689,6 @@ def _standard_errors(jac: Any, residuals: Any, names: Sequence[str], span: Any) 
     return out
 
 
-_Z90 = 1.2815515655446004  # the standard normal's 90th percentile
-
-
 def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Step-to-step and launch-to-launch spread per link class, as lognormal sigmas.
 
@@ -709,7 +707,7 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     noise: dict[str, dict[str, Any]] = {}
     for link_class, group in sorted(by_class.items()):
         step = [
-            math.log(r["step_s_p90"] / r["step_s_p10"]) / (2 * _Z90)
+            sigma_from_p10_p90(r["step_s_p10"], r["step_s_p90"])
             for r in group
             if r.get("step_s_p10") and r.get("step_s_p90") and r["step_s_p90"] >= r["step_s_p10"] > 0
         ]

@@ -1,11 +1,13 @@
 """The network endpoint's duplex factor, measured by the harness's ``--net-probe`` (netprobe.jsonl).
 
-A pattern of point-to-point flows between nodes is "both ways" when every endpoint in it sends and
-receives, "one way" when every endpoint only sends or only receives (which pattern is which follows
-from its flows, not from its name). Per launch, the duplex factor is the median per-flow rate of its
-both-ways patterns over the median of its one-way patterns; the campaign's is the median over its
-launches, reported with each launch's value (one launch's probe varies about as much as the network
-does between launches, 10 to 20% on sockets).
+A pattern of flows between nodes is "both ways" when every endpoint in it sends and receives, "one
+way" when every endpoint only sends or only receives (which pattern is which follows from its flows,
+not from its name). Per launch, the duplex factor is the median per-flow rate of its both-ways
+patterns over the median of its one-way patterns, taken on NCCL's collectives between two endpoints
+(a two-rank all-reduce against a broadcast) where the launch measured them, else on its
+point-to-point patterns; the campaign's is the median over its launches, reported with each launch's
+value (one launch's probe varies about as much as the network does between launches, 10 to 20% on
+sockets).
 """
 
 from __future__ import annotations

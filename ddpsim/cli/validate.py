@@ -8,6 +8,7 @@ import os
 import sys
 from collections import defaultdict
 
+from ddpsim.calibration.measured_scenarios import JITTER_STEPS
 from ddpsim.errors import ScenarioError
 
 EXIT_FAILED_VALIDATION = 1
@@ -282,10 +283,11 @@ def _validation_text(v, table, markdown: bool = False) -> str:
         lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
     if v.jitter_from_profile:
         lines.append("predicted with each rank's compute varying step to step as its profile measured (the step's "
-                     "p10..p90), the median of 20 simulated steps")
+                     f"p10..p90), the median of {JITTER_STEPS} simulated steps")
     lines.append(table(("model", "option", "link", "GPUs", "cap MB", "fold" if v.cross else "launch",
                         "measured ms", "predicted ms", "error %"), rows, markdown))
     lines.append("")
+    summary_rows = _summary_rows(v)
     summary = [
         (
             s["transport"],
@@ -296,11 +298,11 @@ def _validation_text(v, table, markdown: bool = False) -> str:
             "-" if s["launch_spread_pct"] is None else f"{s['launch_spread_pct']:.1f}",
             "-" if s["allreduce_max_error_pct"] is None else f"{s['allreduce_max_error_pct']:.1f}",
         )
-        for s in _summary_rows(v)
+        for s in summary_rows
     ]
     lines.append(table(("link class", "runs", "mean abs err %", "max abs err %", "mean err %",
                         "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
-    intervals = [s for s in _summary_rows(v) if s["with_interval"]]
+    intervals = [s for s in summary_rows if s["with_interval"]]
     if intervals:
         lines.append("measured inside the predicted p10..p90 (the calibration's noise; 80% if it is honest): "
                      + ", ".join(f"{s['transport']} {s['inside_interval']} of {s['with_interval']}" for s in intervals))
@@ -439,7 +441,8 @@ def register(sub) -> None:
     _add_stretch_flags(val, "with --cross: each fold: ")
     val.add_argument("--jitter-from-profile", action="store_true",
                      help="every rank's compute varies step to step as its profile measured (its step p10..p90), "
-                          "and the median of 20 simulated steps is compared; the calibration is fitted without it")
+                          f"and the median of {JITTER_STEPS} simulated steps is compared; the calibration is fitted "
+                          "without it")
     val.add_argument("--normalise-launches", action="store_true",
                      help="divide each launch's measured steps by its level against other launches of the same "
                           "reference configuration (the harness's --reference)")

@@ -2,6 +2,8 @@
 
 Every physical link is full duplex, so it becomes two directed links with their own capacity; a
 directed link's integer id indexes ``Topology.capacity_Bps`` and every per-link array downstream.
+A GPU's network endpoint that is not full duplex adds one more link both directions cross
+(``_EndpointBudget``).
 
 Preset clusters are routed structurally (table look-ups, no graph search) because a 16,384-GPU
 cluster must build and route in seconds; custom graphs fall back to shortest paths by hop count.
@@ -51,15 +53,18 @@ class _LinkTable:
         self.latency_s: list[float] = []
         self.link_class: list[str] = []
 
+    def add(self, u: str, v: str, bandwidth_Bps: float, latency_s: float, link_class: str) -> int:
+        """One directed link; its id."""
+        self.src.append(u)
+        self.dst.append(v)
+        self.bandwidth_Bps.append(bandwidth_Bps)
+        self.latency_s.append(latency_s)
+        self.link_class.append(link_class)
+        return len(self.src) - 1
+
     def add_duplex(self, a: str, b: str, bandwidth_Bps: float, latency_s: float, link_class: str) -> tuple[int, int]:
-        forward = len(self.src)
-        for u, v in ((a, b), (b, a)):
-            self.src.append(u)
-            self.dst.append(v)
-            self.bandwidth_Bps.append(bandwidth_Bps)
-            self.latency_s.append(latency_s)
-            self.link_class.append(link_class)
-        return forward, forward + 1
+        return (self.add(a, b, bandwidth_Bps, latency_s, link_class),
+                self.add(b, a, bandwidth_Bps, latency_s, link_class))
 
 
 class Topology:
@@ -421,7 +426,8 @@ class _EndpointBudget:
     ways 2.0 to 2.7 GB/s per flow. Modelled as one more directed link per endpoint, capacity
     2 x duplex_factor x the endpoint's rate, that both its outgoing and incoming routes cross, so
     max-min sharing gives each direction duplex_factor x rate when both are busy and the full rate
-    when one is (hence duplex_factor >= 0.5: below, one direction alone would lose rate too). A self-loop on the GPU's ``<gpu>.endpoint`` vertex: it joins nothing.
+    when one is (hence duplex_factor >= 0.5: below, one direction alone would lose rate too). A
+    self-loop on the GPU's ``<gpu>.endpoint`` vertex: it joins nothing.
     """
 
     def __init__(self, links: _LinkTable, vertices: dict[str, dict[str, object]], duplex_factor: float) -> None:
@@ -433,14 +439,7 @@ class _EndpointBudget:
             return ()
         name = f"{gpu}.endpoint"
         self.vertices[name] = {"kind": "endpoint"}
-        links = self.links
-        link_id = len(links.src)
-        links.src.append(name)
-        links.dst.append(name)
-        links.bandwidth_Bps.append(2.0 * self.duplex_factor * rate_Bps)
-        links.latency_s.append(0.0)
-        links.link_class.append("inter")
-        return (link_id,)
+        return (self.links.add(name, name, 2.0 * self.duplex_factor * rate_Bps, 0.0, "inter"),)
 
 
 class _GraphRouter:

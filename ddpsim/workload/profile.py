@@ -10,11 +10,12 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from statistics import NormalDist, median
+from statistics import median
 from typing import Any
 
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
+from ddpsim.spread import sigma_from_p10_p90
 from ddpsim.workload.model import DTYPE_BYTES, Layer, MeasuredTimes, ParamTensor, Workload
 
 SCHEMA = "ddpsim.profile/1"
@@ -113,7 +114,7 @@ def _step_jitter_cv(root: _Fields) -> float | None:
         return None
     if not 0 < p10 <= p90:
         raise root.error("step_s_p90", f"expected 0 < step_s_p10 <= step_s_p90, got {p10!r} and {p90!r}")
-    sigma = math.log(p90 / p10) / (2 * NormalDist().inv_cdf(0.9))
+    sigma = sigma_from_p10_p90(p10, p90)
     return math.sqrt(math.expm1(sigma * sigma))
 
 

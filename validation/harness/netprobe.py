@@ -84,7 +84,6 @@ def probe(device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, 
     spent_s = 0.0  # the sum of all-reduced (slowest-rank) times: the same on every rank, so all stop together
     out = []
     for name, flows in patterns(world_size, gpus_per_node).items():
-        mine = sum(1 for f in flows if rank in f)
         buffers = [torch.ones(nbytes // 4, dtype=torch.float32, device=device) if rank in f else None for f in flows]
         times = []
         for i in range(reps + 1):
@@ -100,8 +99,6 @@ def probe(device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, 
         t = median(times)
         out.append({
             "bench": "net_p2p", "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
-            "flows_per_rank_max": max(sum(1 for f in flows if r in f) for r in range(world_size)),
-            "rank0_flows": mine if rank == 0 else None,
             "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
             "reps": len(times), "flow_GBps": nbytes / t / 1e9,
             "method": "dist.batch_isend_irecv, wall clock between barriers, slowest rank, median of reps",
@@ -138,7 +135,6 @@ def _collectives(device, gpus_per_node: int, nbytes: int, reps: int) -> list[dic
             t = median(times)
             out.append({
                 "bench": "net_collective", "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
-                "flows_per_rank_max": len(flows), "rank0_flows": len(flows) if rank == 0 else None,
                 "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
                 "reps": len(times), "flow_GBps": nbytes / t / 1e9,
                 "method": "torch.distributed broadcast / all_reduce in a two-rank group, wall clock between "
