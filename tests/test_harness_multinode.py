@@ -230,6 +230,29 @@ def test_net_probe_in_a_campaign_on_gloo(tmp_path, monkeypatch):
         assert r["flow_GBps"] == pytest.approx(r["bytes"] / r["time_s_median"] / 1e9)
 
 
+def test_net_probe_rounds_and_repeat_launches_on_gloo(tmp_path, monkeypatch):
+    """--net-probe-rounds 2 --repeat 1: each launch of the shape (the sweep and its repeat) probes twice,
+    each round a full set of patterns with its round number, so a launch's drift and the launch-to-launch
+    spread of one allocation are both on record."""
+    from validation.harness import netprobe
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    out = tmp_path / "camp"
+    rc = campaign.main(["--out", str(out), "--cpu-slots", "4", "--shapes", "4x1", "--algos", "default",
+                        "--models", "tiny-mlp", "--skip-ddp", "--no-profile", "--quick", "--net-probe",
+                        "--net-probe-rounds", "2", "--repeat", "1", "--transports", "nvlink", "--budget-s", "160"])
+    assert rc == 0
+    recs = [json.loads(x) for x in (out / "netprobe.jsonl").read_text().splitlines()]
+    per_round = [*netprobe.patterns(4, 1), "collective_one_way", "collective_two_way"]
+    launches = sorted({r["launch_id"] for r in recs})
+    assert len(launches) == 2
+    for launch in launches:
+        mine = [r for r in recs if r["launch_id"] == launch]
+        assert [r["pattern"] for r in mine] == per_round * 2
+        assert [r["probe_round"] for r in mine] == [0] * len(per_round) + [1] * len(per_round)
+        assert all(r["status"] == "ok" for r in mine)
+
+
 def test_trimmed_log_never_ends_inside_a_communicators_init():
     """A probe's extra communicator can push its tuning table past the trim: the excerpt must stop before
     that communicator, not in its table (the reader refuses a table without its closing line)."""

@@ -290,7 +290,7 @@ def summary(out):
         lines.append("=== net probe: per-flow rate of each point-to-point pattern ===")
         for r in probes:
             if r.get("status") == "ok":
-                lines.append(f"{r['launch_id']!s:<16} {r['pattern']:<14} {len(r['flows']):2d} flows "
+                lines.append(f"{r['launch_id']!s:<16} r{r.get('probe_round', 0)} {r['pattern']:<18} {len(r['flows']):2d} flows "
                              f"{r['time_s_median'] * 1e3:8.2f} ms  {r['flow_GBps']:6.2f} GB/s per flow")
             else:
                 lines.append(f"{r.get('launch_id')!s:<16} FAILED {(r.get('error') or '')[-200:]}")
@@ -338,6 +338,8 @@ def main(argv=None):
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--net-probe", action="store_true",
                     help="multi-node launches also run point-to-point patterns over the network (netprobe.jsonl)")
+    ap.add_argument("--net-probe-rounds", type=int, default=1, choices=(1, 2, 3),
+                    help="probe rounds per multi-node launch (worker --net-probe-rounds)")
     ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
     ap.add_argument("--cpu-slots", type=int, default=0, help="dry run: pretend N devices, run on CPU with gloo")
     ap.add_argument("--pack-to", default=None, help="also copy the tarball here after every launch")
@@ -483,8 +485,8 @@ def main(argv=None):
                 keys = []
             if N > 1:
                 cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
-                if a.net_probe and kind == "sweep":
-                    cmd += ["--net-probe"]
+                if a.net_probe:  # repeat launches too: the probe's launch-to-launch spread on one allocation
+                    cmd += ["--net-probe", "--net-probe-rounds", str(a.net_probe_rounds)]
             if kind == "repeat":
                 cmd += ["--skip-allreduce", "--no-timing-run"]
             else:

@@ -876,12 +876,12 @@ def sweep_name(transport, W, shape, algo):
     return f"allreduce_{transport}_w{W:d}_{shape['nodes']:d}x{shape['gpus_per_node']:d}_{algo}.txt"
 
 
-def net_probe(a, device, W, fp, shape, launch_id):
+def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
     """Point-to-point patterns across the (emulated) nodes: the network endpoint's rates (netprobe.py)."""
     from . import netprobe
 
     base = {"schema": "ddpsim.netprobe/1", "fingerprint": fp, "world_size": W, "transport": a.transport,
-            "launch_id": launch_id, **shape}
+            "launch_id": launch_id, "probe_round": probe_round, **shape}
     t0 = time.perf_counter()
     try:
         recs = netprobe.probe(device, W, shape["gpus_per_node"], budget_s=30.0 if not a.quick else 5.0)
@@ -1224,6 +1224,9 @@ def main(argv=None):
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--net-probe", action="store_true",
                     help="across nodes: point-to-point patterns over the network (netprobe.jsonl, see netprobe.py)")
+    ap.add_argument("--net-probe-rounds", type=int, default=1, choices=(1, 2, 3),
+                    help="times the probe runs in the launch: last; 2: also before the DDP runs; 3: also before "
+                         "the all-reduce sweeps (the probe's drift within a launch)")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
@@ -1301,8 +1304,16 @@ def main(argv=None):
         _finish(launch_id, t_start)
         return 0
 
+    probing = a.net_probe and shape["nodes"] > 1
+    probe_round = 0
+    if probing and a.net_probe_rounds >= 3:
+        net_probe(a, device, W, fp, shape, launch_id, probe_round)
+        probe_round += 1
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
+    if probing and a.net_probe_rounds >= 2:
+        net_probe(a, device, W, fp, shape, launch_id, probe_round)
+        probe_round += 1
 
     if not a.skip_ddp:
         timing_cap = None if a.no_timing_run else _cap_value(a.timing_cap)
@@ -1332,8 +1343,9 @@ def main(argv=None):
         run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start, budget_s=a.budget_s,
                         rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
                         nosync_steps=nosync, max_live=a.max_live, log_fn=log)
-    if a.net_probe and shape["nodes"] > 1:
-        net_probe(a, device, W, fp, shape, launch_id)  # last: a failure ends the launch and loses nothing else
+    if probing:
+        # the last round runs last: where it fails, it ends the launch and loses nothing else
+        net_probe(a, device, W, fp, shape, launch_id, probe_round)
     _finish(launch_id, t_start)
     return 0
 
