@@ -35,7 +35,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBED = "h200x4-multinode-2026-11-27"
 # campaigns whose own --net-probe measured their endpoint (each uses its own factor; the others carry PROBED's)
 OWN_PROBE = (PROBED, "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
-             "h100x4-multinode-2026-11-27c")
+             "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b",
+             "h200x4-multinode-2026-11-27c")
 REFERENCE = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = (*OWN_PROBE, "h200x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b",
              "h100x4-multinode-2026-11-26d")

@@ -35,7 +35,8 @@ from ddpsim.calibration.validate import validate  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
-             "h100x4-multinode-2026-11-27c",
+             "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b",
+             "h200x4-multinode-2026-11-27c",
              "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b",
              "h100x4-multinode-2026-11-26d", "h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26p")
 # the campaign whose --net-probe measured the network endpoint's duplex factor (read from its netprobe.jsonl)

@@ -226,3 +226,28 @@ def test_launches_of_several_campaigns_stay_apart():
     assert len(together["per_launch"]) == 6
     alone = [duplex_factor(load_measurements([f]).net_probes)["per_launch"] for f in folders]
     assert sorted(together["per_launch"].values()) == pytest.approx(sorted([*alone[0].values(), *alone[1].values()]))
+
+
+def test_a_custom_topology_says_the_calibrations_rates_and_endpoint_are_not_applied():
+    """A custom graph routes over its own links: the calibration's fitted network rate and duplex factor
+    cannot reach it, so the sources say "not applied" and the factor does not pretend to be in force."""
+    from dataclasses import replace
+
+    measured = load_measurements([PROBED])
+    links = fit_links(measured.samples, measured.net_probes)
+    assert links["net"]["duplex_factor"] < 0.9  # what the calibration would apply to a preset network
+    calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": links}, "cal.json")
+    scenario = scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 1},
+        "cluster": {"gpu": "H200", "intra_node": {"type": "nvswitch"},
+                    "topology": {"gpus": ["a", "b", "c", "d"], "gpus_per_node": 2,
+                                 "links": [{"a": "a", "b": "b", "bandwidth": "300GB/s"},
+                                           {"a": "c", "b": "d", "bandwidth": "300GB/s"},
+                                           {"a": "b", "b": "c", "bandwidth": "5GB/s"},
+                                           {"a": "d", "b": "a", "bandwidth": "5GB/s"}]}},
+    })
+    calibrated = apply_calibration(replace(scenario, calibration=calibration))
+    assert calibrated.scenario.cluster.inter_node.duplex_factor == 1.0
+    assert calibrated.sources["network endpoint duplex"].startswith("not applied (custom topology)")
+    assert calibrated.sources["inter-node network"].startswith("custom topology (cluster.topology)")
+    assert "not applied: calibration cal.json" in calibrated.sources["intra-node link"]

@@ -222,10 +222,26 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
     if collective.algorithm == "auto" and fitted is not None and fitted.algorithm and cluster.nodes == 1:
         # the algorithm NCCL ran when the link class was measured, on one node
         collective = replace(collective, algorithm=fitted.algorithm)
+    if cluster.topology is not None:
+        _custom_topology_sources(sources, intra, inter, cluster.nodes > 1)
+        inter = replace(inter, duplex_factor=1.0)
     calibrated = replace(
         scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter), overheads=overheads, collective=collective
     )
     return Calibrated(calibrated, table, sources)
+
+
+def _custom_topology_sources(sources: dict[str, str], intra: Any, inter: Any, multi_node: bool) -> None:
+    """A custom graph routes over its own links: say so where the calibration fitted rates it cannot use
+    (its protocol table and overheads still apply)."""
+    custom = "custom topology (cluster.topology): each link's own bandwidth and latency"
+    sources["intra-node link"] = (f"{custom}; not applied: {sources['intra-node link']} "
+                                  f"({intra.bandwidth_Bps / 1e9:.3g} GB/s)")
+    if multi_node:
+        sources["inter-node network"] = (f"{custom}; not applied: {sources['inter-node network']} "
+                                         f"({inter.nic_bandwidth_Bps / 1e9:.3g} GB/s)")
+    if "network endpoint duplex" in sources:
+        sources["network endpoint duplex"] = f"not applied (custom topology): {sources['network endpoint duplex']}"
 
 
 def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) -> ProtocolTable | None:

@@ -257,10 +257,17 @@ def _cluster(r: _Reader) -> ClusterSpec:
     problem = world_size_problem(plain["nodes"], plain["gpus_per_node"])
     if problem:
         raise r.error("nodes", problem)
+    inter_reader = r.section(InterNodeSpec, "inter_node")
+    inter = InterNodeSpec(**read_fields(InterNodeSpec, inter_reader))
+    if topology is not None and inter.duplex_factor < 1.0:
+        # a custom graph's links carry their own rates; a budget shared by both directions would have
+        # to be a link of the graph, and silently ignoring the number would report a full-duplex step
+        raise inter_reader.error("duplex_factor", "applies to the preset networks only; with cluster.topology write "
+                                 "the endpoint's shared budget as a link of the graph")
     return ClusterSpec(
         **plain,
         intra_node=_intra(r.section(IntraNodeSpec, "intra_node")),
-        inter_node=InterNodeSpec(**read_fields(InterNodeSpec, r.section(InterNodeSpec, "inter_node"))),
+        inter_node=inter,
         topology=topology,
     )
 

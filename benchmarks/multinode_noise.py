@@ -1,0 +1,102 @@
+"""How much the emulated multi-node measurements move on one allocation: the floor any prediction meets.
+
+Run: ``.venv/bin/python benchmarks/multinode_noise.py`` (output in ``multinode_noise_output.txt``).
+
+For every campaign whose shapes were launched twice (``--repeat 1``: a sweep launch and a repeat launch of
+the same shape on the same machine allocation) or probed more than once per launch (``--net-probe-rounds``):
+
+- DDP step, same (shape, model, cap) in two launches: larger / smaller - 1, per shape mean and max;
+- the network endpoint's duplex factor from NCCL's collectives (two-rank all-reduce rate over broadcast
+  rate, as ``ddpsim calibrate`` reads it) per launch and probe round: its spread between the rounds of
+  one launch and between the launches of one shape (each launch's rounds averaged).
+
+Nothing here is predicted or fitted; it only reads the committed records.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections import defaultdict
+from typing import Any
+
+from ddpsim.calibration.measurements import read_jsonl
+from ddpsim.calibration.netprobe import direction
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CAMPAIGNS = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")
+
+
+def _shape(record: dict[str, Any]) -> str:
+    return f"{record['nodes']}x{record['gpus_per_node']}"
+
+
+def _ddp_pairs(folder: str) -> dict[str, list[float]]:
+    """Shape -> |larger / smaller - 1| in % for each configuration measured in two launches."""
+    steps: dict[tuple[str, str, Any], dict[str, float]] = defaultdict(dict)
+    for record in read_jsonl(os.path.join(folder, "ddp_runs.jsonl")):
+        if record.get("status") == "ok":
+            key = (_shape(record), record["model"], record["bucket_cap_mb"])
+            steps[key][record["launch_id"]] = float(record["step_s_median"])
+    out: dict[str, list[float]] = defaultdict(list)
+    for (shape, _model, _cap), by_launch in sorted(steps.items()):
+        if len(by_launch) == 2:
+            a, b = by_launch.values()
+            out[shape].append(100.0 * (max(a, b) / min(a, b) - 1.0))
+    return out
+
+
+def _duplex_by_round(folder: str) -> dict[str, dict[str, dict[int, float]]]:
+    """Shape -> launch -> probe round -> the collectives' duplex factor."""
+    rates: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
+    for record in read_jsonl(os.path.join(folder, "netprobe.jsonl")):
+        if record.get("status") == "ok" and record.get("bench") == "net_collective":
+            kind = direction(record["flows"])
+            if kind is not None:
+                rates[(_shape(record), record["launch_id"], int(record.get("probe_round", 0)))][kind] = record["flow_GBps"]
+    out: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    for (shape, launch, probe_round), pair in sorted(rates.items()):
+        if {"one", "both"} <= set(pair):
+            out[shape][launch][probe_round] = pair["both"] / pair["one"]
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    return f"{statistics.mean(values):5.1f} / {max(values):5.1f} ({len(values)})" if values else "-"
+
+
+def main() -> int:
+    pooled: dict[str, list[float]] = defaultdict(list)
+    within: list[float] = []
+    between: list[float] = []
+    for campaign in CAMPAIGNS:
+        folder = os.path.join(ROOT, "validation", "data", campaign)
+        print(campaign)
+        for shape, diffs in sorted(_ddp_pairs(folder).items()):
+            pooled[shape] += diffs
+            print(f"  DDP step, two launches, {shape}: mean / max % (pairs) {_cell(diffs)}")
+        for shape, launches in sorted(_duplex_by_round(folder).items()):
+            means = []
+            for launch, rounds in sorted(launches.items()):
+                values = [rounds[k] for k in sorted(rounds)]
+                means.append(statistics.mean(values))
+                if len(values) > 1:
+                    within.append(max(values) - min(values))
+                print(f"  duplex factor {shape} {launch:14s} rounds " + " ".join(f"{v:.3f}" for v in values))
+            if len(means) > 1:
+                between.append(max(means) - min(means))
+    print("\npooled over the campaigns above")
+    for shape, diffs in sorted(pooled.items()):
+        print(f"  DDP step, two launches of one allocation, {shape}: mean / max % (pairs) {_cell(diffs)}")
+    if within:
+        print(f"  duplex factor, rounds of one launch: |difference| median {statistics.median(within):.3f}, "
+              f"max {max(within):.3f} ({len(within)} launches)")
+    if between:
+        print(f"  duplex factor, launches of one shape (rounds averaged): |difference| median "
+              f"{statistics.median(between):.3f}, max {max(between):.3f} ({len(between)} shapes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
