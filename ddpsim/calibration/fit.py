@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
@@ -276,7 +277,8 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     trees = [replace(s, link_class=INTER_NODE_LINK_CLASS) for s in samples if s.algorithm == "tree" and rings]
     factor = duplex["value"] if duplex else 1.0
     source = (f"measured: --net-probe, {len(duplex['per_launch'])} launches ("
-              + ", ".join(f"{k} {v:.2f}" for k, v in duplex["per_launch"].items()) + f"); {duplex['how']}"
+              + ", ".join(f"{k} {v:.2f}" for k, v in duplex["per_launch"].items()) + f"); {duplex['how']}; "
+              + _rounds_text(duplex["rounds"])
               if duplex else "not measured (no netprobe.jsonl): full duplex assumed")
     entry = _with_duplex(_network_entry(used, intra_name, intra, inside, trees, factor), factor, source)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
@@ -301,6 +303,13 @@ def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict
     if matching:
         return matching[0]
     return next(iter(one_node)) if len(one_node) == 1 else None
+
+
+def _rounds_text(rounds: Sequence[float]) -> str:
+    """How far single probe rounds spread around the factor: a user's probe is one such round."""
+    if len(rounds) < 2:
+        return "one probe round: its spread is not measured"
+    return f"{len(rounds)} probe rounds from {min(rounds):.2f} to {max(rounds):.2f} (median {statistics.median(rounds):.2f})"
 
 
 def _with_duplex(entry: dict[str, Any], duplex_factor: float, source: str) -> dict[str, Any]:

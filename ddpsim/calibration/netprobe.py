@@ -6,8 +6,8 @@ not from its name). Per launch, the duplex factor is the median per-flow rate of
 patterns over the median of its one-way patterns, taken on NCCL's collectives between two endpoints
 (a two-rank all-reduce against a broadcast) where the launch measured them, else on its
 point-to-point patterns; the campaign's is the median over its launches, reported with each launch's
-value (one launch's probe varies about as much as the network does between launches, 10 to 20% on
-sockets).
+value and the range of its single probe rounds (one round moves by a median 0.06 between the rounds of a
+launch and between launches of one allocation, up to 0.26: benchmarks/multinode_noise.py).
 """
 
 from __future__ import annotations
@@ -65,6 +65,18 @@ def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
+def _round_values(records: Sequence[dict[str, Any]], launches: set[str]) -> list[float]:
+    """The ratio of every probe round of ``launches`` (a round: one pass over the patterns; older probes
+    have one per launch), each on the kind of pattern that decides its launch."""
+    collective_launches = {launch_key(r) for r in records if r.get("bench") == "net_collective"}
+    by_round: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for record in records:
+        launch = launch_key(record)
+        if launch in launches and (record.get("bench") == "net_collective") == (launch in collective_launches):
+            by_round[(launch, int(record.get("probe_round", 0)))].append(record)
+    return sorted(v for rs in by_round.values() for v in _ratios(rs).values())
+
+
 def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     """{value, per_launch, how, point_to_point}, or None where no launch measured both kinds of pattern.
 
@@ -80,9 +92,11 @@ def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     # the model's budget (2 x factor x the one-way rate, shared by both directions) spans half duplex
     # (0.5) to full duplex (1); a probe outside says so in its per-launch values
     value = min(1.0, max(0.5, statistics.median(per_launch.values())))
+    rounds = _round_values(records, set(per_launch))
     return {
         "value": value,
         "per_launch": per_launch,
+        "rounds": rounds,
         "point_to_point": p2p,
         "how": ("per launch: per-flow rate of a two-rank all-reduce across nodes over a broadcast's (NCCL's "
                 "collectives); median over launches" if len(collective) == len(per_launch) else

@@ -191,7 +191,8 @@ class InterNodeSpec:
         "duplex_factor", "number",
         "per-direction rate of a GPU's network endpoint while it sends and receives at once, as a fraction "
         "of its one-way rate (1: full duplex, as an InfiniBand/RoCE NIC; about 0.5 to 0.65 for NCCL's socket "
-        "transport on one host, measured by the harness's --net-probe)", 1.0,
+        "transport on one host, measured by the harness's --net-probe; preset networks only: a custom topology "
+        "writes it as a link)", 1.0,
         minimum=0.5, maximum=1.0, low_rule="is at least 0.5 (0.5: half duplex, both directions share one rate)",
         high_rule="is a fraction and must be at most 1")
 
