@@ -14,6 +14,10 @@ The held-out campaigns are 2 x H100 allocations that took no part in either: D, 
 The count is per link class, of runs that have an interval (the H100 options campaigns ran NVLink only, so
 the second variant has no interval for shared memory and sockets).
 
+The second part does the same across emulated nodes: ``validation/calibration-h200x4-multinode.json`` (M,
+its noise from M's own launches) against the same fit with the spread measured between four other probed
+allocations (Q, R, S, T), predicting U, V and W, which took part in neither.
+
     .venv/bin/python benchmarks/interval_coverage.py
 """
 
@@ -37,6 +41,12 @@ NOISE_FROM = tuple(f"h100x4-options-2026-11-26{s}" for s in ("", "b", "c", "d", 
 HELD_OUT = ("h100x2-2026-11-26", "h100x2-ranks-2026-11-26j", "h100x2-ranks-2026-11-26k",
             "h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n",
             "h100x2-profiles-2026-11-26o")
+# across emulated nodes: M's calibration (4 x H200, no probe); the spread between the probed 4-GPU allocations
+# Q to T; predicted U, V and W, measured after both and in neither
+MULTINODE_CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4-multinode.json")
+MULTINODE_NOISE_FROM = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
+                        "h100x4-multinode-2026-11-27c")
+MULTINODE_HELD_OUT = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")
 
 
 def _coverage(campaign: str, calibration) -> dict[str, tuple[int, int]]:
@@ -55,18 +65,20 @@ def _sigmas(noise: dict) -> str:
                      if entry.get("launch_sigma") is not None)
 
 
-def main() -> int:
-    with open(CALIBRATION, encoding="utf-8") as handle:
+def _compare(calibration_path: str, noise_from: tuple[str, ...], held_out: tuple[str, ...]) -> None:
+    """Coverage of ``held_out`` with the calibration's own noise and with the noise of ``noise_from``."""
+    with open(calibration_path, encoding="utf-8") as handle:
         shipped = json.load(handle)
-    wide_noise = fit_noise(noise_runs([os.path.join(DATA, name) for name in NOISE_FROM]))
+    wide_noise = fit_noise(noise_runs([os.path.join(DATA, name) for name in noise_from]))
     variants = {"as shipped": shipped, "noise across allocations": dict(shipped, noise=wide_noise)}
+    print(f"{os.path.relpath(calibration_path, ROOT)}; noise across allocations from {', '.join(noise_from)}")
     print("lognormal sigmas (ln units; p10..p90 = x exp(-/+1.28 sigma) with step and launch added in quadrature)")
     for label, data in variants.items():
         print(f"  {label:26s} {_sigmas(data['noise'])}")
     calibrations = {label: calibration_from_dict(data, label) for label, data in variants.items()}
     totals: dict[tuple[str, str], list[int]] = {}
     print(f"\n{'held-out campaign':30s} {'link class':12s} " + "  ".join(f"{label:>26s}" for label in variants))
-    for campaign in HELD_OUT:
+    for campaign in held_out:
         counts = {label: _coverage(campaign, calibration) for label, calibration in calibrations.items()}
         for group in sorted(set().union(*counts.values())):
             cells = []
@@ -82,6 +94,12 @@ def main() -> int:
         print(f"{'all':30s} {group:12s} " + "  ".join(
             f"{f'{inside} of {total} ({100 * inside / total:.0f}%)' if total else 'no interval':>26s}"
             for inside, total in cells))
+
+
+def main() -> int:
+    _compare(CALIBRATION, NOISE_FROM, HELD_OUT)
+    print()
+    _compare(MULTINODE_CALIBRATION, MULTINODE_NOISE_FROM, MULTINODE_HELD_OUT)
     return 0
 
 

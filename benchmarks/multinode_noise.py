@@ -33,14 +33,16 @@ def _shape(record: dict[str, Any]) -> str:
 
 
 def _ddp_pairs(folder: str) -> dict[str, list[float]]:
-    """Shape -> |larger / smaller - 1| in % for each configuration measured in two launches."""
+    """Shape -> |larger / smaller - 1| in % for each configuration (model, batch, cap, variant) measured in
+    two launches."""
     steps: dict[tuple[str, str, Any], dict[str, float]] = defaultdict(dict)
     for record in read_jsonl(os.path.join(folder, "ddp_runs.jsonl")):
         if record.get("status") == "ok":
-            key = (_shape(record), record["model"], record["bucket_cap_mb"])
+            key = (_shape(record), record["model"], record.get("batch_size"), record["bucket_cap_mb"],
+                   record.get("variant"))
             steps[key][record["launch_id"]] = float(record["step_s_median"])
     out: dict[str, list[float]] = defaultdict(list)
-    for (shape, _model, _cap), by_launch in sorted(steps.items()):
+    for (shape, *_configuration), by_launch in sorted(steps.items(), key=lambda item: str(item[0])):
         if len(by_launch) == 2:
             a, b = by_launch.values()
             out[shape].append(100.0 * (max(a, b) / min(a, b) - 1.0))

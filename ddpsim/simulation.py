@@ -30,7 +30,7 @@ from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
-from ddpsim.topology.link_kinds import link_class_of_type
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 
@@ -376,10 +376,16 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     if sc.ddp.find_unused_parameters and not sc.ddp.static_graph and prep.workload.output_bytes is None:
         result.value_sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
     if sc.calibration is not None:
-        interval = sc.calibration.step_interval(link_class_of_type(sc.cluster.intra_node.type), result.step_time_s)
+        # the calibration measured the spread per class a step belongs to: across nodes, the network's
+        noise_class = (INTER_NODE_LINK_CLASS if sc.cluster.nodes > 1
+                       else link_class_of_type(sc.cluster.intra_node.type))
+        interval = sc.calibration.step_interval(noise_class, result.step_time_s)
         if interval is not None:
             result.step_time_p10_s, _, result.step_time_p90_s = interval
-            result.value_sources["p10 / p90 spread"] = f"calibration {sc.calibration.source} noise"
+            result.value_sources["p10 / p90 spread"] = f"calibration {sc.calibration.source} noise.{noise_class}"
+        else:
+            result.value_sources["p10 / p90 spread"] = (f"not measured: calibration {sc.calibration.source} has no "
+                                                        f"noise.{noise_class}, so no interval is given")
     return result
 
 

@@ -231,26 +231,27 @@ def test_net_probe_in_a_campaign_on_gloo(tmp_path, monkeypatch):
 
 
 def test_net_probe_rounds_and_repeat_launches_on_gloo(tmp_path, monkeypatch):
-    """--net-probe-rounds 2 --repeat 1: each launch of the shape (the sweep and its repeat) probes twice,
-    each round a full set of patterns with its round number, so a launch's drift and the launch-to-launch
-    spread of one allocation are both on record."""
+    """--net-probe-rounds 3 --repeat 1 --skip-ddp: the sweep launch probes before its sweeps and at its end
+    (the round before the DDP runs is left out: no DDP follows it); the repeat launch, with neither sweeps
+    nor DDP, probes once. Each round is a full set of patterns with its round number."""
     from validation.harness import netprobe
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "camp"
     rc = campaign.main(["--out", str(out), "--cpu-slots", "4", "--shapes", "4x1", "--algos", "default",
                         "--models", "tiny-mlp", "--skip-ddp", "--no-profile", "--quick", "--net-probe",
-                        "--net-probe-rounds", "2", "--repeat", "1", "--transports", "nvlink", "--budget-s", "160"])
+                        "--net-probe-rounds", "3", "--repeat", "1", "--transports", "nvlink", "--budget-s", "160"])
     assert rc == 0
     recs = [json.loads(x) for x in (out / "netprobe.jsonl").read_text().splitlines()]
     per_round = [*netprobe.patterns(4, 1), "collective_one_way", "collective_two_way"]
-    launches = sorted({r["launch_id"] for r in recs})
-    assert len(launches) == 2
-    for launch in launches:
-        mine = [r for r in recs if r["launch_id"] == launch]
-        assert [r["pattern"] for r in mine] == per_round * 2
-        assert [r["probe_round"] for r in mine] == [0] * len(per_round) + [1] * len(per_round)
-        assert all(r["status"] == "ok" for r in mine)
+    assert all(r["status"] == "ok" for r in recs)
+    sweep = [r for r in recs if r["launch_id"] == "socket_4x1_0"]
+    repeat = [r for r in recs if r["launch_id"] == "socket_4x1_1"]
+    assert len(sweep) + len(repeat) == len(recs)
+    assert [r["pattern"] for r in sweep] == per_round * 2
+    assert [r["probe_round"] for r in sweep] == [0] * len(per_round) + [1] * len(per_round)
+    assert [r["pattern"] for r in repeat] == per_round
+    assert {r["probe_round"] for r in repeat} == {0}
 
 
 def test_trimmed_log_never_ends_inside_a_communicators_init():

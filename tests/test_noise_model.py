@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import os
 
 import pytest
 
@@ -111,3 +113,37 @@ def test_validate_with_jitter_from_the_profiles(tmp_path, capsys):
     assert "varying step to step as its profile measured" in capsys.readouterr().out
     report = json.loads((tmp_path / "r" / "validation.json").read_text())
     assert report["jitter_from_profile"] is True and len(report["runs"]) == 20
+
+
+@pytest.mark.parametrize("gpus_per_node", [1, 2])
+def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
+    """The calibration measures the spread of multi-node steps under the network's class ("net", as
+    fit_noise keys them); a multi-node prediction's p10..p90 is that spread, not its intra-node link's."""
+    from dataclasses import replace
+
+    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.simulation import simulate
+
+    net, nvlink = (0.06, 0.08), (0.01, 0.02)
+    shipped = os.path.join(os.path.dirname(__file__), "..", "validation", "calibration-h200x4-multinode.json")
+    with open(shipped, encoding="utf-8") as handle:
+        data = json.load(handle)  # its fitted links; the noise replaced by known, distinct sigmas
+    cal = calibration_from_dict(dict(data, noise={
+        "net": {"step_sigma": net[0], "launch_sigma": net[1]},
+        "nvlink": {"step_sigma": nvlink[0], "launch_sigma": nvlink[1]}}), "x")
+    scenario = scenario_from_dict({"workload": {"model": "mlp", "batch_size": 8},
+                                   "cluster": {"gpu": "H100-SXM", "nodes": 2, "gpus_per_node": gpus_per_node,
+                                               "intra_node": {"type": "nvswitch"}}})
+    result = simulate(replace(scenario, calibration=cal))
+    assert result.step_time_p90_s / result.step_time_s == pytest.approx(math.exp(Z90 * math.hypot(*net)))
+    assert result.value_sources["p10 / p90 spread"].endswith("noise.net")
+    # a calibration that measured no multi-node spread gives no interval, and says so
+    without = simulate(replace(scenario, calibration=calibration_from_dict(
+        dict(data, noise={"nvlink": {"step_sigma": nvlink[0], "launch_sigma": nvlink[1]}}), "y")))
+    assert without.step_time_p10_s is None and without.step_time_p90_s is None
+    assert without.value_sources["p10 / p90 spread"].startswith("not measured: calibration y has no noise.net")
+    one_node = simulate(replace(scenario_from_dict({"workload": {"model": "mlp", "batch_size": 8},
+                                                    "cluster": {"gpu": "H100-SXM", "gpus_per_node": 2,
+                                                                "intra_node": {"type": "nvswitch"}}}),
+                                calibration=cal))
+    assert one_node.step_time_p90_s / one_node.step_time_s == pytest.approx(math.exp(Z90 * math.hypot(*nvlink)))

@@ -36,6 +36,10 @@ def read_net_probes(path: str) -> list[dict[str, Any]]:
                                 field="flows")
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
             raise ScenarioError(f"expected a positive rate, got {rate!r}", file=f"{path}:{line}", field="flow_GBps")
+        probe_round = record.get("probe_round", 0)  # absent before --net-probe-rounds: one round per launch
+        if isinstance(probe_round, bool) or not isinstance(probe_round, int) or probe_round < 0:
+            raise ScenarioError(f"expected a round number (0, 1, ...), got {probe_round!r}", file=f"{path}:{line}",
+                                field="probe_round")
         records.append(dict(record, _source=os.path.abspath(path), _line=line))
     return records
 
@@ -65,10 +69,10 @@ def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def _round_values(records: Sequence[dict[str, Any]], launches: set[str]) -> list[float]:
+def _round_values(records: Sequence[dict[str, Any]], launches: set[str], collective_launches: set[str]) -> list[float]:
     """The ratio of every probe round of ``launches`` (a round: one pass over the patterns; older probes
-    have one per launch), each on the kind of pattern that decides its launch."""
-    collective_launches = {launch_key(r) for r in records if r.get("bench") == "net_collective"}
+    have one per launch), each on the kind of pattern that decides its launch (the collectives in
+    ``collective_launches``, point to point elsewhere)."""
     by_round: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         launch = launch_key(record)
@@ -92,7 +96,7 @@ def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     # the model's budget (2 x factor x the one-way rate, shared by both directions) spans half duplex
     # (0.5) to full duplex (1); a probe outside says so in its per-launch values
     value = min(1.0, max(0.5, statistics.median(per_launch.values())))
-    rounds = _round_values(records, set(per_launch))
+    rounds = _round_values(records, set(per_launch), set(collective))
     return {
         "value": value,
         "per_launch": per_launch,

@@ -890,6 +890,8 @@ def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
                 append_jsonl(os.path.join(a.out, "netprobe.jsonl"), dict(base, status="ok", error=None, **r))
             log(f"net probe: {len(recs)} patterns in {time.perf_counter() - t0:.1f}s: " + ", ".join(
                 f"{r['pattern']} {r['flow_GBps']:.2f} GB/s per flow" for r in recs))
+        if device.type == "cuda":
+            torch.cuda.empty_cache()  # the probe's 256 MiB buffers are not kept cached under the DDP runs that follow
     except Exception:
         # a rank that failed leaves the others inside a collective: record it and end the launch
         log("net probe FAILED", traceback.format_exc()[-600:])
@@ -1226,7 +1228,9 @@ def main(argv=None):
                     help="across nodes: point-to-point patterns over the network (netprobe.jsonl, see netprobe.py)")
     ap.add_argument("--net-probe-rounds", type=int, default=1, choices=(1, 2, 3),
                     help="times the probe runs in the launch: last; 2: also before the DDP runs; 3: also before "
-                         "the all-reduce sweeps (the probe's drift within a launch)")
+                         "the all-reduce sweeps (the probe's drift within a launch; a round with nothing between "
+                         "it and the next is left out). An early round that fails ends the launch, as the last "
+                         "does, and its time comes out of the launch's budget")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
@@ -1306,12 +1310,13 @@ def main(argv=None):
 
     probing = a.net_probe and shape["nodes"] > 1
     probe_round = 0
-    if probing and a.net_probe_rounds >= 3:
+    # an early round runs only where something follows it before the next round (no rounds back to back)
+    if probing and a.net_probe_rounds >= 3 and not a.skip_allreduce:
         net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
-    if probing and a.net_probe_rounds >= 2:
+    if probing and a.net_probe_rounds >= 2 and not a.skip_ddp:
         net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
 
