@@ -308,3 +308,20 @@ def test_a_bad_probe_round_is_one_clear_error(tmp_path, value):
     (tmp_path / "netprobe.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(ScenarioError, match="probe_round"):
         read_net_probes(str(tmp_path / "netprobe.jsonl"))
+
+
+def test_predict_run_is_validates_prediction_of_that_run():
+    """The one-run entry point the network-level study uses predicts a run as validate does."""
+    from ddpsim.calibration.validate import predict_run, validate
+
+    folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27c")
+    with open(os.path.join(ROOT, "validation", "calibration-h200x4-multinode.json"), encoding="utf-8") as handle:
+        calibration = calibration_from_dict(json.load(handle), "m")
+    measured = load_measurements([folder])
+    run = next(r for r in measured.runs if r["nodes"] == 2 and r["gpus_per_node"] == 1 and r["bucket_cap_mb"] == 25
+               and r["model"] == "resnet50")
+    row = predict_run(measured, run, calibration)
+    same = [r for r in validate([folder], calibration).rows
+            if r.launch_id == run["launch_id"] and r.model == "resnet50" and r.bucket_cap_mb == 25]
+    assert len(same) == 1
+    assert row.predicted_s == pytest.approx(same[0].predicted_s) and row.measured_s == same[0].measured_s

@@ -543,6 +543,12 @@ PROFILE_SPREAD_WARNING = 1.25  # p90 / p10 of a profile's backward time
 PROFILE_VS_NOSYNC_WARNING = 1.10  # profile step / the runs' own compute-only (no_sync) step
 
 
+def predict_run(measured: Measurements, run: dict[str, Any], calibration: Calibration | None) -> RunRow:
+    """One measured run of ``measured`` predicted as held out, with its campaign's profile (for studies
+    that vary the calibration per run, such as a network scaled per launch)."""
+    return _predict(run, _profile_of(measured.profiles, run), calibration, held_out=True)[0]
+
+
 def _profile_of(profiles: Profiles, run: dict[str, Any]) -> str:
     path = profiles.for_run(run)
     assert path is not None, "load_measurements keeps only runs with a profile in their campaign"
