@@ -282,6 +282,14 @@ def test_every_probe_round_is_reported_with_the_factor():
     assert measured["rounds"] == pytest.approx(expected)
     entry = fit_links(load_measurements([folder]).samples, records)["net"]
     assert f"12 probe rounds from {expected[0]:.2f} to {expected[-1]:.2f}" in entry["duplex_source"]
+    # the one round more than 0.2 off the median of all twelve is named with its launch and round
+    median = (expected[5] + expected[6]) / 2
+    far = {key: p["collective_two_way"] / p["collective_one_way"] for key, p in pairs.items()
+           if abs(p["collective_two_way"] / p["collective_one_way"] - median) > 0.2}
+    assert len(far) == 1
+    (launch, number), value = next(iter(far.items()))
+    assert measured["round_outliers"] == {f"h100x4-multinode-2026-11-27d/{launch} round {number}": pytest.approx(value)}
+    assert f"far off the others: h100x4-multinode-2026-11-27d/{launch} round {number} {value:.2f}" in entry["duplex_source"]
 
 
 def test_a_launch_with_half_a_collective_pair_falls_back_to_point_to_point_rounds():

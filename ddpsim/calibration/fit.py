@@ -278,7 +278,7 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     factor = duplex["value"] if duplex else 1.0
     source = (f"measured: --net-probe, {len(duplex['per_launch'])} launches ("
               + ", ".join(f"{k} {v:.2f}" for k, v in duplex["per_launch"].items()) + f"); {duplex['how']}; "
-              + _rounds_text(duplex["rounds"])
+              + _rounds_text(duplex["rounds"], duplex["round_outliers"])
               if duplex else "not measured (no netprobe.jsonl): full duplex assumed")
     entry = _with_duplex(_network_entry(used, intra_name, intra, inside, trees, factor), factor, source)
     shapes = sorted({shape_key(s.nodes, s.world_size) for s in used})
@@ -305,11 +305,15 @@ def _one_node_class(samples: Sequence[AllReduceSample], one_node: dict[str, dict
     return next(iter(one_node)) if len(one_node) == 1 else None
 
 
-def _rounds_text(rounds: Sequence[float]) -> str:
-    """How far single probe rounds spread around the factor: a user's probe is one such round."""
+def _rounds_text(rounds: Sequence[float], outliers: dict[str, float]) -> str:
+    """How far single probe rounds spread around the factor (a user's probe is one such round), naming
+    any round far off the others."""
     if len(rounds) < 2:
         return "one probe round: its spread is not measured"
-    return f"{len(rounds)} probe rounds from {min(rounds):.2f} to {max(rounds):.2f} (median {statistics.median(rounds):.2f})"
+    text = f"{len(rounds)} probe rounds from {min(rounds):.2f} to {max(rounds):.2f} (median {statistics.median(rounds):.2f})"
+    if outliers:
+        text += "; far off the others: " + ", ".join(f"{name} {value:.2f}" for name, value in outliers.items())
+    return text
 
 
 def _with_duplex(entry: dict[str, Any], duplex_factor: float, source: str) -> dict[str, Any]:

@@ -22,6 +22,9 @@ from ddpsim.calibration.measurements import launch_key, read_jsonl
 from ddpsim.errors import ScenarioError
 
 SCHEMA = "ddpsim.netprobe/1"
+# how far one probe round may sit from the median of all before it is named: twice the largest spread
+# between two launches of one shape on one allocation (0.137 on U, V and W; benchmarks/multinode_noise.py)
+ROUND_OUTLIER = 0.2
 
 
 def read_net_probes(path: str) -> list[dict[str, Any]]:
@@ -69,16 +72,18 @@ def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     }
 
 
-def _round_values(records: Sequence[dict[str, Any]], launches: set[str], collective_launches: set[str]) -> list[float]:
-    """The ratio of every probe round of ``launches`` (a round: one pass over the patterns; older probes
-    have one per launch), each on the kind of pattern that decides its launch (the collectives in
-    ``collective_launches``, point to point elsewhere)."""
+def _round_values(records: Sequence[dict[str, Any]], launches: set[str],
+                  collective_launches: set[str]) -> dict[str, float]:
+    """'launch round N' -> the ratio of that probe round, for every round of ``launches`` (a round: one
+    pass over the patterns; older probes have one per launch), each on the kind of pattern that decides its
+    launch (the collectives in ``collective_launches``, point to point elsewhere)."""
     by_round: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
     for record in records:
         launch = launch_key(record)
         if launch in launches and (record.get("bench") == "net_collective") == (launch in collective_launches):
             by_round[(launch, int(record.get("probe_round", 0)))].append(record)
-    return sorted(v for rs in by_round.values() for v in _ratios(rs).values())
+    return {f"{launch} round {number}": value for (launch, number), rs in sorted(by_round.items())
+            for value in _ratios(rs).values()}
 
 
 def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -96,11 +101,16 @@ def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     # the model's budget (2 x factor x the one-way rate, shared by both directions) spans half duplex
     # (0.5) to full duplex (1); a probe outside says so in its per-launch values
     value = min(1.0, max(0.5, statistics.median(per_launch.values())))
-    rounds = _round_values(records, set(per_launch), set(collective))
+    by_round = _round_values(records, set(per_launch), set(collective))
+    rounds = sorted(by_round.values())
+    # a round this far from the others' median is named, not dropped: the median over launches decides
+    outliers = {name: v for name, v in by_round.items()
+                if len(rounds) > 2 and abs(v - statistics.median(rounds)) > ROUND_OUTLIER}
     return {
         "value": value,
         "per_launch": per_launch,
         "rounds": rounds,
+        "round_outliers": outliers,
         "point_to_point": p2p,
         "how": ("per launch: per-flow rate of a two-rank all-reduce across nodes over a broadcast's (NCCL's "
                 "collectives); median over launches" if len(collective) == len(per_launch) else

@@ -826,9 +826,10 @@ def run_interleaved(plan, reference, device, W, base_fn, write_fn, *, t_launch0,
             else:
                 finish(key, None, *errors.get(key, ("failed", "not built")))
     if ref_runner is not None:
-        if budget_s - elapsed() > 0:
+        # rank 0 decides for all: a rank that measured while another skipped would wait in its all-reduces
+        if bcast_int(1 if budget_s - elapsed() > 0 else 0, device):
             measure(ref_runner, "reference_end")
-        ref_runner.measure_nosync(nosync_steps if elapsed() + 5 < budget_s else 0)
+        ref_runner.measure_nosync(nosync_steps if bcast_int(1 if elapsed() + 5 < budget_s else 0, device) else 0)
         finish(reference, ref_runner)
         ref_runner.close()
 
@@ -877,7 +878,8 @@ def sweep_name(transport, W, shape, algo):
 
 
 def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
-    """Point-to-point patterns across the (emulated) nodes: the network endpoint's rates (netprobe.py)."""
+    """Point-to-point patterns across the (emulated) nodes: the network endpoint's rates (netprobe.py).
+    Returns the round's wall time in seconds."""
     from . import netprobe
 
     base = {"schema": "ddpsim.netprobe/1", "fingerprint": fp, "world_size": W, "transport": a.transport,
@@ -892,6 +894,8 @@ def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
                 f"{r['pattern']} {r['flow_GBps']:.2f} GB/s per flow" for r in recs))
         if device.type == "cuda":
             torch.cuda.empty_cache()  # the probe's 256 MiB buffers are not kept cached under the DDP runs that follow
+        # rank 0's duration for every rank: the DDP budget it reserves must be the same on all of them
+        return bcast_int(round(1000 * (time.perf_counter() - t0)), device) / 1000
     except Exception:
         # a rank that failed leaves the others inside a collective: record it and end the launch
         log("net probe FAILED", traceback.format_exc()[-600:])
@@ -1230,7 +1234,7 @@ def main(argv=None):
                     help="times the probe runs in the launch: last; 2: also before the DDP runs; 3: also before "
                          "the all-reduce sweeps (the probe's drift within a launch; a round with nothing between "
                          "it and the next is left out). An early round that fails ends the launch, as the last "
-                         "does, and its time comes out of the launch's budget")
+                         "does; the DDP runs leave 1.5 x an early round's time (else 10 s) for the last")
     ap.add_argument("--skip-ddp", action="store_true")
     ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
@@ -1310,14 +1314,17 @@ def main(argv=None):
 
     probing = a.net_probe and shape["nodes"] > 1
     probe_round = 0
+    # the DDP runs leave time for the last round: an early round's duration x 1.5, else 10 s (rounds on
+    # 4 x H100 took 3.6 to 5.5 s)
+    probe_reserve_s = 10.0 if probing else 0.0
     # an early round runs only where something follows it before the next round (no rounds back to back)
     if probing and a.net_probe_rounds >= 3 and not a.skip_allreduce:
-        net_probe(a, device, W, fp, shape, launch_id, probe_round)
+        probe_reserve_s = 1.5 * net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
     if probing and a.net_probe_rounds >= 2 and not a.skip_ddp:
-        net_probe(a, device, W, fp, shape, launch_id, probe_round)
+        probe_reserve_s = 1.5 * net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
 
     if not a.skip_ddp:
@@ -1345,7 +1352,8 @@ def main(argv=None):
             if rank == 0:
                 append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"), rec)
 
-        run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start, budget_s=a.budget_s,
+        run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start,
+                        budget_s=a.budget_s - probe_reserve_s,
                         rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
                         nosync_steps=nosync, max_live=a.max_live, log_fn=log)
     if probing:
