@@ -1,7 +1,7 @@
 #!/bin/sh
 # Re-measure the cross-validated accuracy tables of the README ("Accuracy as measured") from the
 # committed campaigns: each report's validation.md lands in validation/reports/<split>/.
-# About 25 minutes of CPU on a 2-core machine. Exit status: that of the last report (1 = past tolerance).
+# About 45 minutes of CPU on a 2-core machine. Exit status: that of the last report (1 = past tolerance).
 set -u
 D=validation/data
 R=validation/reports
@@ -19,6 +19,9 @@ report cross-launch $D/h200x4-2026-11-26 $D/h200x4-2026-11-26b --cross launch
 report cross-model $D/h200x4-2026-11-26 --cross model
 report cross-model-options $D/h200x4-options-2026-11-26 --cross model --calibration-caps all
 report cross-launch-multinode $D/h200x4-multinode-2026-11-26 --cross launch --calibration-caps all
+report cross-launch-multinode-u $D/h100x4-multinode-2026-11-27d --cross launch --calibration-caps all
+report cross-launch-multinode-v $D/h200x4-multinode-2026-11-27b --cross launch --calibration-caps all
+report heldout-multinode-uvw $D/h100x4-multinode-2026-11-27d $D/h200x4-multinode-2026-11-27b $D/h200x4-multinode-2026-11-27c --calibration validation/calibration-h200x4-multinode.json
 report heldout-h100x4-multinode $D/h100x4-multinode-2026-11-26 $D/h100x4-multinode-2026-11-26b $D/h100x4-multinode-2026-11-26d --calibration validation/calibration-h200x4-multinode.json
 report heldout-h100x4-options $D/h100x4-options-2026-11-26 $D/h100x4-options-2026-11-26b $D/h100x4-options-2026-11-26c $D/h100x4-options-2026-11-26d $D/h100x4-options-2026-11-26e --calibration validation/calibration-h200x4.json
 report heldout-h100-options-fgh $D/h100x4-options-2026-11-26f $D/h100x4-options-2026-11-26f-w2 $D/h100x4-options-2026-11-26g $D/h100x4-options-2026-11-26g-w2 $D/h100x4-options-2026-11-26h $D/h100x4-options-2026-11-26h-w2 --calibration validation/calibration-h200x4.json
