@@ -21,8 +21,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ddpsim.calibration.measurements import read_jsonl
-from ddpsim.calibration.netprobe import direction
+from ddpsim.calibration.measurements import launch_key, read_jsonl
+from ddpsim.calibration.netprobe import read_net_probes, round_ratios
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGNS = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")
@@ -50,17 +50,12 @@ def _ddp_pairs(folder: str) -> dict[str, list[float]]:
 
 
 def _duplex_by_round(folder: str) -> dict[str, dict[str, dict[int, float]]]:
-    """Shape -> launch -> probe round -> the collectives' duplex factor."""
-    rates: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
-    for record in read_jsonl(os.path.join(folder, "netprobe.jsonl")):
-        if record.get("status") == "ok" and record.get("bench") == "net_collective":
-            kind = direction(record["flows"])
-            if kind is not None:
-                rates[(_shape(record), record["launch_id"], int(record.get("probe_round", 0)))][kind] = record["flow_GBps"]
+    """Shape -> launch -> probe round -> the duplex factor of that round (``netprobe.round_ratios``)."""
+    records = read_net_probes(os.path.join(folder, "netprobe.jsonl"))
+    shape_of = {launch_key(r): _shape(r) for r in records}
     out: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
-    for (shape, launch, probe_round), pair in sorted(rates.items()):
-        if {"one", "both"} <= set(pair):
-            out[shape][launch][probe_round] = pair["both"] / pair["one"]
+    for (launch, probe_round), value in round_ratios(records).items():
+        out[shape_of[launch]][launch.rsplit("/", 1)[-1]][probe_round] = value
     return out
 
 

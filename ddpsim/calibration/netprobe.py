@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import statistics
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ddpsim.calibration.measurements import launch_key, read_jsonl
@@ -58,32 +58,28 @@ def direction(flows: Sequence[Sequence[int]]) -> str | None:
     return None
 
 
-def _ratios(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Per launch: median both-ways per-flow rate over median one-way rate, where it measured both."""
-    by_launch: dict[str, dict[str, list[float]]] = defaultdict(lambda: {"both": [], "one": []})
+def _ratios(records: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], Any] = launch_key) -> dict[Any, float]:
+    """Per ``key`` (default: the launch): median both-ways per-flow rate over median one-way rate, where
+    both were measured."""
+    by_key: dict[Any, dict[str, list[float]]] = defaultdict(lambda: {"both": [], "one": []})
     for record in records:
         kind = direction(record["flows"])
         if kind is not None:
             # launch ids repeat in every campaign: a launch is its campaign folder and its id
-            by_launch[launch_key(record)][kind].append(float(record["flow_GBps"]))
+            by_key[key(record)][kind].append(float(record["flow_GBps"]))
     return {
-        launch: statistics.median(rates["both"]) / statistics.median(rates["one"])
-        for launch, rates in sorted(by_launch.items()) if rates["both"] and rates["one"]
+        k: statistics.median(rates["both"]) / statistics.median(rates["one"])
+        for k, rates in sorted(by_key.items()) if rates["both"] and rates["one"]
     }
 
 
-def _round_values(records: Sequence[dict[str, Any]], launches: set[str],
-                  collective_launches: set[str]) -> dict[str, float]:
-    """'launch round N' -> the ratio of that probe round, for every round of ``launches`` (a round: one
-    pass over the patterns; older probes have one per launch), each on the kind of pattern that decides its
-    launch (the collectives in ``collective_launches``, point to point elsewhere)."""
-    by_round: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
-    for record in records:
-        launch = launch_key(record)
-        if launch in launches and (record.get("bench") == "net_collective") == (launch in collective_launches):
-            by_round[(launch, int(record.get("probe_round", 0)))].append(record)
-    return {f"{launch} round {number}": value for (launch, number), rs in sorted(by_round.items())
-            for value in _ratios(rs).values()}
+def round_ratios(records: Sequence[dict[str, Any]]) -> dict[tuple[str, int], float]:
+    """(launch, probe round) -> the ratio of that round (a round: one pass over the patterns; older probes
+    have one per launch), on the kind of pattern that decides its launch: NCCL's collectives where the
+    launch has both of them, point to point elsewhere."""
+    collective_launches = set(_ratios([r for r in records if r.get("bench") == "net_collective"]))
+    return _ratios([r for r in records if (r.get("bench") == "net_collective") == (launch_key(r) in collective_launches)],
+                   key=lambda r: (launch_key(r), int(r.get("probe_round", 0))))
 
 
 def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
@@ -101,10 +97,10 @@ def duplex_factor(records: Sequence[dict[str, Any]]) -> dict[str, Any] | None:
     # the model's budget (2 x factor x the one-way rate, shared by both directions) spans half duplex
     # (0.5) to full duplex (1); a probe outside says so in its per-launch values
     value = min(1.0, max(0.5, statistics.median(per_launch.values())))
-    by_round = _round_values(records, set(per_launch), set(collective))
+    by_round = round_ratios(records)
     rounds = sorted(by_round.values())
     # a round this far from the others' median is named, not dropped: the median over launches decides
-    outliers = {name: v for name, v in by_round.items()
+    outliers = {f"{launch} round {number}": v for (launch, number), v in by_round.items()
                 if len(rounds) > 2 and abs(v - statistics.median(rounds)) > ROUND_OUTLIER}
     return {
         "value": value,
