@@ -29,6 +29,7 @@ reported as the median seconds and the per-flow rate. Standard library + torch o
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
@@ -85,29 +86,41 @@ def probe(device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, 
     out = []
     for name, flows in patterns(world_size, gpus_per_node).items():
         buffers = [torch.ones(nbytes // 4, dtype=torch.float32, device=device) if rank in f else None for f in flows]
-        times = []
-        for i in range(reps + 1):
-            dist.barrier()
-            t0 = time.perf_counter()
-            _transfer(flows, rank, buffers, device)
-            elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            if i:  # the first transfer also builds the connections
-                times.append(float(elapsed.item()))
-            spent_s += float(elapsed.item())
+        # the first transfer also builds the connections
+        times, total_s = _timed(functools.partial(_transfer, flows, rank, buffers, device), device, reps, warmup=1)
+        spent_s += total_s
         del buffers
-        t = median(times)
-        out.append({
-            "bench": "net_p2p", "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
-            "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
-            "reps": len(times), "flow_GBps": nbytes / t / 1e9,
-            "method": "dist.batch_isend_irecv, wall clock between barriers, slowest rank, median of reps",
-        })
+        out.append(_record("net_p2p", name, flows, nbytes, times,
+                           "dist.batch_isend_irecv, wall clock between barriers, slowest rank, median of reps"))
         if spent_s > budget_s:
             break
     if patterns(world_size, gpus_per_node):
         out += _collectives(device, gpus_per_node, nbytes, reps)
     return out
+
+
+def _timed(call, device, reps: int, warmup: int, group=None) -> tuple[list[float], float]:
+    """``reps`` timed calls after ``warmup`` untimed ones, each between barriers on the wall clock and
+    taken from the slowest rank; and the sum of every call's time (the same on every rank)."""
+    times, total_s = [], 0.0
+    for i in range(warmup + reps):
+        dist.barrier(group=group)
+        t0 = time.perf_counter()
+        call()
+        synchronize(device)
+        elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+        dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
+        total_s += float(elapsed.item())
+        if i >= warmup:
+            times.append(float(elapsed.item()))
+    return times, total_s
+
+
+def _record(bench: str, name: str, flows, nbytes: int, times: list[float], method: str) -> dict:
+    t = median(times)
+    return {"bench": bench, "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
+            "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
+            "reps": len(times), "flow_GBps": nbytes / t / 1e9, "method": method}
 
 
 def _collectives(device, gpus_per_node: int, nbytes: int, reps: int) -> list[dict]:
@@ -122,24 +135,11 @@ def _collectives(device, gpus_per_node: int, nbytes: int, reps: int) -> list[dic
                  ("collective_two_way", [(0, gpus_per_node), (gpus_per_node, 0)],
                   lambda: dist.all_reduce(buffer, group=group)))
         for name, flows, call in calls:
-            times = []
-            for i in range(reps + 2):
-                dist.barrier(group=group)
-                t0 = time.perf_counter()
-                call()
-                synchronize(device)
-                elapsed = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
-                dist.all_reduce(elapsed, op=dist.ReduceOp.MAX, group=group)
-                if i >= 2:  # the first calls build the group's communicator and connections
-                    times.append(float(elapsed.item()))
-            t = median(times)
-            out.append({
-                "bench": "net_collective", "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
-                "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
-                "reps": len(times), "flow_GBps": nbytes / t / 1e9,
-                "method": "torch.distributed broadcast / all_reduce in a two-rank group, wall clock between "
-                          "barriers, slowest rank, median of reps",
-            })
+            # the first calls build the group's communicator and connections
+            times, _ = _timed(call, device, reps, warmup=2, group=group)
+            out.append(_record("net_collective", name, flows, nbytes, times,
+                               "torch.distributed broadcast / all_reduce in a two-rank group, wall clock between "
+                               "barriers, slowest rank, median of reps"))
         del buffer
         dist.destroy_process_group(group)
     dist.barrier()
