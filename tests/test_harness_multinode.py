@@ -192,6 +192,7 @@ def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
 
 
 def test_net_probe_patterns_cross_nodes_only():
+    from ddpsim.calibration.netprobe import direction
     from validation.harness import netprobe
 
     for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4), (3, 1), (5, 1), (7, 1), (6, 2)):
@@ -208,6 +209,12 @@ def test_net_probe_patterns_cross_nodes_only():
         # every endpoint sends once and receives once in shift_all (two nodes: same peer both ways)
         assert sorted(s for s, _ in pats["shift_all"]) == list(range(world))
         assert sorted(d for _, d in pats["shift_all"]) == list(range(world))
+        assert pats["one_way"] == [(0, g)]
+        # the analysis classifies each pattern as the harness means it (ddpsim.calibration.netprobe)
+        assert direction(pats["one_way"]) == "one" and direction(pats["two_way"]) == "both"
+        assert direction(pats["shift_all"]) == "both"
+        if "one_way_pairs" in pats:
+            assert direction(pats["one_way_pairs"]) == "one"
     assert netprobe.patterns(4, 2)["ring_net_hops"] == [(1, 2), (3, 0)]
     assert netprobe.patterns(4, 1)["one_way_pairs"] == [(0, 1), (2, 3)]
     assert netprobe.patterns(4, 4) == {}
@@ -222,8 +229,10 @@ def test_net_probe_in_a_campaign_on_gloo(tmp_path, monkeypatch):
                         "--transports", "nvlink", "--budget-s", "120"])
     assert rc == 0
     recs = [json.loads(x) for x in (out / "netprobe.jsonl").read_text().splitlines()]
-    assert [r["pattern"] for r in recs] == [*__import__("validation.harness.netprobe", fromlist=["x"]).patterns(4, 2),
-                                            "collective_one_way", "collective_two_way"]
+    from validation.harness import netprobe
+
+    assert [r["pattern"] for r in recs] == [*netprobe.patterns(4, 2), "collective_one_way", "collective_two_way"]
+    assert [r["flows"] for r in recs[:-2]] == [[list(f) for f in flows] for flows in netprobe.patterns(4, 2).values()]
     assert [r["flows"] for r in recs[-2:]] == [[[0, 2]], [[0, 2], [2, 0]]]
     for r in recs:
         assert r["status"] == "ok" and r["nodes"] == 2 and r["gpus_per_node"] == 2 and r["reps"] == 5

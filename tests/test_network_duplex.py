@@ -81,6 +81,8 @@ def test_the_fits_ring_multiplier_is_what_the_topology_gives_the_ring(nodes, g):
     full = _model(nodes, g, 1.0).allreduce_time_s(GiB, "ring", "simple")
     shared = _model(nodes, g, duplex).allreduce_time_s(GiB, "ring", "simple")
     assert full / shared == pytest.approx(ring_duplex_multiplier(g, duplex), rel=0.01)
+    # and that closed form is the one in the docstring: one GPU per node pays the factor, several do not
+    assert ring_duplex_multiplier(g, duplex) == (duplex if g == 1 else 1.0)
 
 
 def test_an_endpoint_budget_slows_what_sends_and_receives_at_once():
@@ -127,6 +129,13 @@ def test_a_calibrated_scenario_takes_the_endpoint_and_says_where_from(tmp_path):
     assert calibrated.scenario.cluster.inter_node.duplex_factor == pytest.approx(links["net"]["duplex_factor"])
     assert "measured: --net-probe" in calibrated.sources["network endpoint duplex"]
     assert "link_classes.net.by_shape.2x2" in calibrated.sources["network endpoint duplex"]
+    # the shape's own entry decides, not the pooled one: a distinct value there is the one applied
+    distinct = json.loads(json.dumps(links))
+    distinct["net"]["by_shape"]["2x2"]["duplex_factor"] = 0.7
+    assert distinct["net"]["duplex_factor"] != 0.7
+    applied = apply_calibration(replace(scenario, calibration=calibration_from_dict(
+        {"schema": SCHEMA, "link_classes": distinct}, "distinct.json")))
+    assert applied.scenario.cluster.inter_node.duplex_factor == 0.7
     bad = json.loads(json.dumps(links))
     bad["net"]["by_shape"]["2x2"]["duplex_factor"] = 1.5
     with pytest.raises(ScenarioError, match="duplex_factor"):

@@ -47,6 +47,7 @@ def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_pat
     assert "except ddpsim's defaults" in network
     assert "latency 5.0 us" in network and "type rail-fat-tree" in network and "nics_per_node one per GPU" in network
     assert "nic_bandwidth" not in network
+    assert "duplex_factor 1" in network  # the endpoint taken as full duplex is named as a default too
     intra = sources["intra-node link"]
     assert "latency 3.0 us" in intra and "bandwidth" not in intra.split("defaults")[1]
     overheads = sources["DDP overheads"]
