@@ -143,6 +143,32 @@ def test_a_calibrated_scenario_takes_the_endpoint_and_says_where_from(tmp_path):
             {"schema": SCHEMA, "link_classes": bad}, "bad.json")))
 
 
+def test_values_the_scenario_wrote_and_the_calibration_replaces_are_named():
+    """A user who wrote a network (or a duplex factor) must see that the calibration's measured one is
+    in force instead; values the file left out are not called replaced."""
+    from dataclasses import replace
+
+    measured = load_measurements([PROBED])
+    links = fit_links(measured.samples, measured.net_probes)
+    calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": links}, "cal.json")
+
+    def calibrated(inter_node):
+        scenario = scenario_from_dict({
+            "workload": {"model": "mlp", "batch_size": 1},
+            "cluster": {"gpu": "H200", "nodes": 2, "gpus_per_node": 2, "intra_node": {"type": "nvswitch"},
+                        "inter_node": {"type": "fat-tree", "nics_per_node": 1, **inter_node}},
+        })
+        return apply_calibration(replace(scenario, calibration=calibration)).sources
+
+    written = calibrated({"duplex_factor": 0.9, "nic_bandwidth": "800Gbps", "latency": "7us"})
+    assert "replaces the scenario's duplex_factor 0.9" in written["network endpoint duplex"]
+    assert "replaces the scenario's nic_bandwidth 800 Gbps" in written["inter-node network"]
+    assert "latency 7.0 us" in written["inter-node network"]
+    unwritten = calibrated({})
+    assert "replaces" not in unwritten["network endpoint duplex"]
+    assert "replaces" not in unwritten["inter-node network"]
+
+
 def test_a_malformed_probe_file_is_one_line_naming_file_and_field(tmp_path, capsys):
     folder = tmp_path / "campaign"
     folder.mkdir()

@@ -17,10 +17,11 @@ from typing import Any
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
-from ddpsim.scenario.provenance import inter_node_source, intra_node_source, overheads_source
+from ddpsim.scenario.provenance import bandwidth_text, inter_node_source, intra_node_source, overheads_source
 from ddpsim.scenario.schema import OverheadSpec, Scenario
 from ddpsim.spread import Z90
 from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
+from ddpsim.units import format_time
 
 SCHEMA = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
@@ -193,8 +194,12 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
             f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
         )
     else:
-        sources["intra-node link"] = sources["protocol table"] = f"{cite} {where}"
         intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
+        sources["intra-node link"] = f"{cite} {where}" + _replaced_written(scenario, {
+            "cluster.intra_node.bandwidth": (cluster.intra_node.bandwidth_Bps, intra.bandwidth_Bps, bandwidth_text),
+            "cluster.intra_node.latency": (cluster.intra_node.latency_s, intra.latency_s, format_time),
+        })
+        sources["protocol table"] = f"{cite} {where}"
         table = fitted.protocol_table
     inter = cluster.inter_node
     overhead_class = link_class
@@ -207,10 +212,17 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
             # the bandwidth each GPU gets through the network
             inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
                             duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
-            sources["network endpoint duplex"] = (f"{cite} {net_where}.duplex_factor "
-                                                  f"{inter.duplex_factor:.2f}: {network.raw.get('duplex_source', 'not recorded')}")
+            written = cluster.inter_node
+            sources["network endpoint duplex"] = (
+                f"{cite} {net_where}.duplex_factor {inter.duplex_factor:.2f}: "
+                f"{network.raw.get('duplex_source', 'not recorded')}"
+                + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
+                                               (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
             table = _with_network(table, network.protocol_table)
-            sources["inter-node network"] = f"{cite} {net_where}"
+            sources["inter-node network"] = f"{cite} {net_where}" + _replaced_written(scenario, {
+                "cluster.inter_node.nic_bandwidth": (written.nic_bandwidth_Bps, inter.nic_bandwidth_Bps, bandwidth_text),
+                "cluster.inter_node.latency": (written.latency_s, inter.latency_s, format_time),
+            })
             sources["protocol table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
             if INTER_NODE_LINK_CLASS in calibration.overheads:
                 overhead_class = INTER_NODE_LINK_CLASS
@@ -229,6 +241,17 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
         scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter), overheads=overheads, collective=collective
     )
     return Calibrated(calibrated, table, sources)
+
+
+def _replaced_written(scenario: Scenario, fields: dict[str, tuple[float, float, Any]]) -> str:
+    """The values the scenario's file wrote that the calibration's fit replaces, as text to append to a
+    source line: a user who wrote a number must see that it is not the one in force. ``fields`` maps a
+    dotted field to (written value, value in force, formatter)."""
+    replaced = [f"{name.rsplit('.', 1)[-1]} {fmt(written)}" for name, (written, used, fmt) in fields.items()
+                if name not in scenario.defaulted_fields and not math.isclose(written, used, rel_tol=1e-9)]
+    if not replaced:
+        return ""
+    return f"; replaces the scenario's {', '.join(replaced)} (the calibration's value is in force)"
 
 
 def _custom_topology_sources(sources: dict[str, str], intra: Any, inter: Any, multi_node: bool) -> None:

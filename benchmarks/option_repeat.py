@@ -1,0 +1,90 @@
+"""Each DDP option's effect where two launches on one allocation agree, against ddpsim's prediction.
+
+The issue's rule for an option's direction and size: count a (model, GPUs, option) case only where the
+option's measured effect exceeds 5% in both launches, in the same direction (the repeat agrees). An
+effect is the option's step over the plain step of the same model, GPUs and cap in the same launch, so
+each launch's level divides out. ddpsim's direction is right when its predicted change has the measured
+sign; its size is right when the predicted change is within a factor 1.5 of the mean of the two
+measured changes.
+
+Data: ``validation/data/h200x4-options-2026-11-27`` (4 x H200, an allocation no calibration has seen;
+every option at cap 25 on 4 and on 2 GPUs, the whole plan launched twice). Predicted with
+``validation/calibration-h200x4.json`` (another H200 allocation's plain runs at caps 5 and 50; no option
+was fitted).
+
+    .venv/bin/python benchmarks/option_repeat.py [CAMPAIGN_DIR ...]
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ddpsim.calibration.file import read_calibration  # noqa: E402
+from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEFAULT_CAMPAIGNS = ["validation/data/h200x4-options-2026-11-27", "validation/data/h200x4-options-2026-11-27b"]
+CALIBRATION = "validation/calibration-h200x4.json"
+THRESHOLD = 0.05
+FACTOR = 1.5
+
+
+def launch_series(launch_id: str) -> str:
+    """The launch id without its launch number: nvlink_w4_0 and nvlink_w4_1 are one plan, launched twice."""
+    return re.sub(r"_\d+$", "", launch_id)
+
+
+def within(measured: float, predicted: float, factor: float = FACTOR) -> bool:
+    lo, hi = sorted((measured / factor, measured * factor))
+    return lo <= predicted <= hi
+
+
+def main(campaigns: list[str]) -> int:
+    calibration = read_calibration(os.path.join(ROOT, CALIBRATION))
+    # (campaign, series, model, GPUs, cap, option) -> launch -> (measured effect, predicted effect)
+    cases: dict[tuple, dict[str, tuple[float, float]]] = defaultdict(dict)
+    for campaign in campaigns:
+        v = validate([os.path.join(ROOT, campaign)], calibration)
+        for row, measured, predicted in option_effects(v.rows):
+            key = (os.path.basename(campaign), launch_series(row.launch_id), row.model, row.world_size,
+                   row.bucket_cap_mb, row.option)
+            cases[key][row.launch_id] = (measured, predicted)
+
+    print(f"{'campaign':26s} {'model':11s} GPUs {'option':13s} {'measured per launch':>22s} {'predicted':>9s}"
+          "  counted  direction  size")
+    tally: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # cases, agree, direction, size
+    for key in sorted(cases):
+        campaign, _, model, gpus, _, option = key
+        launches = cases[key]
+        measured = [m - 1 for m, _ in launches.values()]
+        predicted = next(iter(launches.values()))[1] - 1
+        agree = len(measured) >= 2 and (all(m > THRESHOLD for m in measured) or all(m < -THRESHOLD for m in measured))
+        direction = size = False
+        if agree:
+            mean = sum(measured) / len(measured)
+            direction = predicted != 0 and (predicted > 0) == (mean > 0)
+            size = within(mean, predicted)
+        for name in (option, "all"):
+            t = tally[name]
+            t[0] += len(measured) >= 2
+            t[1] += agree
+            t[2] += direction
+            t[3] += size
+        shown = " ".join(f"{m:+6.1%}" for m in measured)
+        verdict = (f"{'right' if direction else 'WRONG':9s}  {'ok' if size else 'off'}") if agree else "-"
+        print(f"{campaign:26s} {model:11s} {gpus:4d} {option:13s} {shown:>22s} {predicted:+9.1%}"
+              f"  {'yes' if agree else '-':7s}  {verdict}")
+    print("\ncases measured in two launches; counted where both exceed 5% the same way; of those, "
+          "direction right and size within 1.5x of the launches' mean")
+    for name, (n, agree, direction, size) in sorted(tally.items()):
+        print(f"  {name:13s} {n:3d} cases, {agree:2d} counted: direction {direction} of {agree}, size {size} of {agree}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:] or DEFAULT_CAMPAIGNS))
