@@ -65,3 +65,64 @@ def test_fit_reproduces_runs_generated_with_known_overheads(links):
     for (model, cap), run in runs.items():
         if cap in (1, 25):  # held out of the fit
             assert _simulated(run, links, params) == pytest.approx(run["step_s_median"], rel=0.03), (model, cap)
+
+
+def test_pruning_keeps_the_term_that_made_the_runs_and_drops_those_that_did_not(links):
+    """Runs made with one overhead only (compute 1.3x slower beside NCCL): the pruned fit keeps it near
+    its true value, drops the terms the runs say nothing of, and warns of none it keeps."""
+    from ddpsim.calibration.fit import fit_overheads_pruned
+
+    true = {**{k: v for k, v in TRUE.items() if k == "max_inflight_buckets"}, "compute_slowdown": 1.3}
+    runs = [_run(m, c) for m in PROFILES for c in (1, 5, 25, 50)]
+    for run in runs:
+        run["step_s_median"] = _simulated(run, links, true)
+    fitted = fit_overheads_pruned(runs, Profiles.from_paths(list(PROFILES.values())), links)
+    assert "compute_slowdown" in fitted["fitted_terms"]
+    assert fitted["compute_slowdown"] == pytest.approx(1.3, rel=0.05)
+    assert fitted["pruned_terms"] and "compute_slowdown" not in fitted["pruned_terms"]
+    assert len(fitted["fitted_terms"]) < len(runs)
+    assert not [w for w in fitted["warnings"] if "compute_slowdown" in w]
+
+
+def test_pruning_drops_no_effect_terms_then_the_least_determined_one(monkeypatch):
+    """The elimination order, on fits whose outcome is set by hand: terms at no effect go first, then the
+    term whose standard error exceeds its effect the most; it stops when every kept term is determined."""
+    from ddpsim.calibration import fit
+
+    seen = []
+
+    def fake_fit(runs, profiles, link_calibration, measured_terms=None, terms=None):
+        names = list(terms)
+        seen.append(names)
+        entry = {"fitted_terms": names, "at_no_effect": [], "standard_error": {}, "warnings": []}
+        values = {"bucket_launch_s": 0.0, "comm_slowdown": 1.5, "compute_slowdown": 1.2, "allreduce_stretch": 1.1,
+                  "bucket_cpu_s": 5e-6, "buffer_sync_s": 1e-3}
+        se = {"comm_slowdown": 2.0, "compute_slowdown": 0.05, "allreduce_stretch": 0.3, "bucket_cpu_s": 1e-6,
+              "buffer_sync_s": 1e-4}
+        for n in names:
+            entry[n] = values[n]
+            entry["standard_error"][n] = se.get(n)
+        entry["at_no_effect"] = [n for n in names if n == "bucket_launch_s"]
+        return entry
+
+    monkeypatch.setattr(fit, "fit_overheads", fake_fit)
+    result = fit.fit_overheads_pruned([], None, None)
+    # round 1 drops bucket_launch_s (no effect) and comm_slowdown (se 2.0 > effect 0.5, the worst ratio);
+    # round 2 drops allreduce_stretch (se 0.3 > effect 0.1); round 3 keeps the rest (all determined)
+    assert result["pruned_terms"] == ["bucket_launch_s", "comm_slowdown", "allreduce_stretch"]
+    assert seen[-1] == ["compute_slowdown", "bucket_cpu_s", "buffer_sync_s"]
+    assert len(seen) == 3
+
+
+def test_undetermined_fits_are_warned_of():
+    from ddpsim.calibration.fit import _determination_warnings
+
+    names = ["compute_slowdown", "comm_slowdown", "bucket_launch_s"]
+    params = {"compute_slowdown": 1.8, "comm_slowdown": 1.2, "bucket_launch_s": 0.0}
+    none = {n: None for n in names}
+    as_many = _determination_warnings(3, names, params, none, [])
+    assert len(as_many) == 1 and "3 runs for 3 fitted terms" in as_many[0]
+    se = {"compute_slowdown": 1.0, "comm_slowdown": 0.1, "bucket_launch_s": 1e-4}
+    # 0.8 of effect against 1.0 of error: warned; 0.2 against 0.1: determined; no effect: an honest result
+    warned = _determination_warnings(12, names, params, se, ["bucket_launch_s"])
+    assert len(warned) == 1 and warned[0].startswith("compute_slowdown = 1.8 +- 1")

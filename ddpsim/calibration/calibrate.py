@@ -13,7 +13,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
-from ddpsim.calibration.fit import IDLE_WAIT_TERMS, fit_links, fit_noise, fit_overheads, measure_stretch
+from ddpsim.calibration.fit import (
+    IDLE_WAIT_TERMS,
+    fit_links,
+    fit_noise,
+    fit_overheads,
+    fit_overheads_pruned,
+    measure_stretch,
+)
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import (
     AllReduceSample,
@@ -126,6 +133,7 @@ def calibrate(
     compute_slowdowns: Sequence[tuple[str, float]] = (),
     idle_start_wait: bool = False,
     net_probes: Sequence[dict[str, Any]] = (),
+    prune_undetermined: bool = False,
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
@@ -134,7 +142,8 @@ def calibrate(
     ``fix_measured_stretch`` the fit takes it as given instead of fitting it. With ``idle_start_wait``
     the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS).
     ``net_probes``: the harness's point-to-point patterns across nodes; the network fit takes its
-    endpoint's duplex factor from them (``netprobe.duplex_factor``)."""
+    endpoint's duplex factor from them (``netprobe.duplex_factor``). With ``prune_undetermined`` the
+    overhead terms the runs do not determine are dropped (``fit.fit_overheads_pruned``)."""
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
     links = fit_links(samples, net_probes)
@@ -155,7 +164,8 @@ def calibrate(
             # hosts' value it predicted held-out hosts worse (leave-one-host-out NVLink 9.6% against 4.8%, validation/reports/fixed-stretch)
             fix = fix_measured_stretch and link_class in stretch
             measured = {"allreduce_stretch": stretch[link_class]["value"]} if fix else None
-            overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait)
+            overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait,
+                                               prune_undetermined)
             if log:
                 log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
     return {
@@ -196,14 +206,16 @@ def _has_link_fits(run: dict[str, Any], links: dict[str, Any]) -> bool:
 def _fit_class(
     runs: Sequence[dict[str, Any]], profiles: Profiles, link_fits: Calibration, measured: dict[str, float] | None,
     idle_start_wait: bool = False,
+    prune_undetermined: bool = False,
 ) -> dict[str, Any]:
     terms = IDLE_WAIT_TERMS if idle_start_wait else None
-    entry = fit_overheads(runs, profiles, link_fits, measured_terms=measured, terms=terms)
+    fit = fit_overheads_pruned if prune_undetermined else fit_overheads
+    entry = fit(runs, profiles, link_fits, measured_terms=measured, terms=terms)
     by_world: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         by_world[int(run["world_size"])].append(run)
     if len(by_world) > 1:
-        entry["by_world_size"] = {str(w): fit_overheads(group, profiles, link_fits, measured_terms=measured, terms=terms)
+        entry["by_world_size"] = {str(w): fit(group, profiles, link_fits, measured_terms=measured, terms=terms)
                                   for w, group in sorted(by_world.items())}
     return entry
 

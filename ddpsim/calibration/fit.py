@@ -622,6 +622,8 @@ def fit_overheads(
     best = min(finishes, key=lambda r: float(np.sum(r.fun**2)))
     params = values(best.x)
     errors = np.abs(best.fun) * 100
+    standard_error = _standard_errors(best.jac, best.fun, names, span)
+    at_no_effect = [n for n, x in zip(names, best.x, strict=True) if x < _AT_BOUND]
     entry: dict[str, Any] = {
         **params,
         "calibration_mape_pct": float(errors.mean()),
@@ -629,16 +631,71 @@ def fit_overheads(
         "calibration_runs": len(runs),
         "fitted_terms": names,
         "measured_terms": sorted(fixed),
-        "standard_error": _standard_errors(best.jac, best.fun, names, span),
+        "standard_error": standard_error,
+        "at_no_effect": at_no_effect,
         # every lower bound is the term's no-effect value, an honest result; the upper bound is not
         "warnings": [
             f"{n} = {params[n]:.3g} sits on the upper bound of its physical range {ranges[n]}: "
             "the runs push it further, so a mechanism is probably missing from the model"
             for n, x in zip(names, best.x, strict=True)
             if x > 1 - _AT_BOUND
-        ],
+        ] + _determination_warnings(len(runs), names, params, standard_error, at_no_effect),
     }
     return entry
+
+
+def fit_overheads_pruned(
+    runs: Sequence[dict[str, Any]],
+    profiles: Profiles,
+    link_calibration: Calibration,
+    measured_terms: dict[str, float] | None = None,
+    terms: dict[str, tuple[float, float]] | None = None,
+) -> dict[str, Any]:
+    """``fit_overheads``, then backward elimination of the terms the runs do not determine
+    (``calibrate --prune-undetermined``): each round drops every term that ended at its no-effect value
+    (it changes no prediction) and, of the rest, the one whose standard error exceeds its effect by the
+    largest factor, and refits, until every remaining term's effect is larger than its standard error.
+    Fewer free terms than runs is the aim: with 6 runs for 6 terms a fit reproduces every run whatever
+    the mechanism. The dropped terms stay at no effect and are listed in ``pruned_terms``."""
+    ranges = dict(FITTED_TERMS if terms is None else terms)
+    pruned: list[str] = []
+    while True:
+        entry = fit_overheads(runs, profiles, link_calibration, measured_terms=measured_terms, terms=ranges)
+        names = entry["fitted_terms"]
+        drop = [n for n in names if n in entry["at_no_effect"]]
+        ratios = {n: se / abs(float(entry[n]) - float(NO_EFFECT[n]))
+                  for n in names if n not in drop and (se := entry["standard_error"].get(n)) is not None
+                  and abs(float(entry[n]) - float(NO_EFFECT[n])) > 0}
+        worst = max(ratios, key=lambda n: ratios[n], default=None)
+        if worst is not None and ratios[worst] > 1.0:
+            drop.append(worst)
+        if not drop or len(drop) == len(names):
+            entry["pruned_terms"] = pruned
+            return entry
+        pruned += drop
+        ranges = {n: r for n, r in ranges.items() if n not in drop}
+
+
+def _determination_warnings(n_runs: int, names: Sequence[str], params: dict[str, Any],
+                            standard_error: dict[str, float | None], at_no_effect: Sequence[str]) -> list[str]:
+    """Where the runs do not determine the fitted terms: as many terms as runs (the fit then reproduces
+    every run whatever the mechanism, and no uncertainty can be computed), or a term whose effect is
+    smaller than its own standard error (the runs cannot tell it from no effect). A term that ended at
+    its no-effect value is an honest result, not a warning."""
+    if n_runs <= len(names):
+        return [f"{n_runs} runs for {len(names)} fitted terms: nothing is left to check the fit, so its "
+                "error on these runs says nothing and the terms' uncertainty is unknown; give more caps "
+                "(--calibration-caps) or models"]
+    out = []
+    for n in names:
+        if n in at_no_effect:
+            continue
+        se = standard_error.get(n)
+        effect = abs(float(params[n]) - float(NO_EFFECT[n]))
+        if se is not None and effect > 0 and se > effect:
+            out.append(f"{n} = {params[n]:.3g} +- {se:.2g}: its effect is smaller than its standard error, "
+                       "so these runs cannot tell it from no effect")
+    return out
 
 
 def measure_stretch(

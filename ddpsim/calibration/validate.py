@@ -285,6 +285,7 @@ def cross_validate(
     normalise_launches: bool = False,
     idle_start_wait: bool = False,
     jitter_from_profile: bool = False,
+    prune_undetermined: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -310,8 +311,8 @@ def cross_validate(
     # folds are independent fits of seconds to minutes each: one process per core
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
-            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile)
-                    for part in parts]
+            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile,
+                     prune_undetermined) for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -337,10 +338,10 @@ def _pool(jobs: int) -> Any:
 
 
 def _fold(
-    args: tuple[Measurements, str, str, list[float] | None, bool, bool, bool],
+    args: tuple[Measurements, str, str, list[float] | None, bool, bool, bool, bool],
 ) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
     """Fit without ``part``, predict ``part``'s runs (the fit itself without jitter, as ``calibrate``)."""
-    measured, cross, part, caps, fix_stretch, idle_start_wait, jitter = args
+    measured, cross, part, caps, fix_stretch, idle_start_wait, jitter, prune = args
     key = _FOLD_KEYS[cross]
     held = [r for r in measured.runs if key(r) == part]
     train_runs = [r for r in measured.runs if key(r) != part]
@@ -352,6 +353,7 @@ def _fold(
     train_timing = [r for r in measured.timing_runs if key(r) != part]
     data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
                      timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait,
+                     prune_undetermined=prune,
                      net_probes=[p for p in measured.net_probes if _sample_key(cross, p) != part])
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")

@@ -57,6 +57,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         timing_runs=measured.timing_runs if measured else (),
         fix_measured_stretch=args.fix_measured_stretch,
         idle_start_wait=args.idle_start_wait,
+        prune_undetermined=args.prune_undetermined,
         compute_slowdowns=measured.compute_slowdowns if measured else (),
         net_probes=measured.net_probes if measured else (),
     )
@@ -172,7 +173,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
                            jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch,
                            idle_start_wait=args.idle_start_wait, jitter_from_profile=args.jitter_from_profile,
-                           normalise_launches=args.normalise_launches, **tolerances)
+                           normalise_launches=args.normalise_launches, prune_undetermined=args.prune_undetermined,
+                           **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None,
                      normalise_launches=args.normalise_launches, jitter_from_profile=args.jitter_from_profile,
@@ -413,6 +415,9 @@ def _add_stretch_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
     group.add_argument("--idle-start-wait", action="store_true",
                        help=f"{prefix}fit a wait per all-reduce started on an idle NCCL stream instead of the "
                             "all-reduce stretch")
+    parser.add_argument("--prune-undetermined", action="store_true",
+                        help=f"{prefix}drop, one at a time, the DDP overhead terms whose effect is smaller than their "
+                             "standard error (and those that fit to no effect), refitting the rest")
 
 
 def register(sub) -> None:

@@ -1,0 +1,61 @@
+"""The two shipped multi-node calibrations on allocations neither saw, per node shape.
+
+``validation/calibration-h200x4-multinode.json`` (M: 4 x H200, no network probe, full duplex assumed) and
+``validation/calibration-h100x4-multinode.json`` (U, ``validation/data/h100x4-multinode-2026-11-27d``:
+4 x H100, its sweeps, its probe's duplex factor 0.68 and its DDP runs at every cap, two launches per
+shape). Predicted: the DDP runs of the other probed 4-GPU allocations, H100 (R, S, T) and H200 (Q, V, W),
+each with its own campaign's profiles; links, network, duplex factor and DDP overheads from the
+calibration. Neither calibration saw any of these runs. Per (calibration, campaign, shape): mean / max
+absolute error and the mean signed error (bias); then pooled per GPU kind.
+
+    .venv/bin/python benchmarks/shipped_multinode.py
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections import defaultdict
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ddpsim.calibration.file import read_calibration  # noqa: E402
+from ddpsim.calibration.validate import validate  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.json",
+                "U (H100, probe)": "validation/calibration-h100x4-multinode.json"}
+CAMPAIGNS = {"R": ("H100", "validation/data/h100x4-multinode-2026-11-27"),
+             "S": ("H100", "validation/data/h100x4-multinode-2026-11-27b"),
+             "T": ("H100", "validation/data/h100x4-multinode-2026-11-27c"),
+             "Q": ("H200", "validation/data/h200x4-multinode-2026-11-27"),
+             "V": ("H200", "validation/data/h200x4-multinode-2026-11-27b"),
+             "W": ("H200", "validation/data/h200x4-multinode-2026-11-27c")}
+
+
+def _line(errors: list[float]) -> str:
+    mean = sum(abs(e) for e in errors) / len(errors)
+    return f"{len(errors):4d} {mean:6.1f} {max(abs(e) for e in errors):6.1f} {sum(errors) / len(errors):+7.1f}"
+
+
+def main() -> int:
+    print(f"{'calibration':20s} {'campaign':9s} {'shape':5s} runs   mean    max    bias   (% error of the DDP step)")
+    for cal_name, cal_path in CALIBRATIONS.items():
+        calibration = read_calibration(os.path.join(ROOT, cal_path))
+        pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
+        for name, (gpu, folder) in CAMPAIGNS.items():
+            v = validate([os.path.join(ROOT, folder)], calibration)
+            by_shape: dict[str, list[float]] = defaultdict(list)
+            for row in v.held_out():
+                by_shape[f"{row.nodes}x{row.world_size // row.nodes}"].append(row.error_pct)
+            for shape, errors in sorted(by_shape.items()):
+                print(f"{cal_name:20s} {name:9s} {shape:5s} {_line(errors)}")
+                pooled[(gpu, shape)] += errors
+        for (gpu, shape), errors in sorted(pooled.items()):
+            print(f"{cal_name:20s} {'all ' + gpu:9s} {shape:5s} {_line(errors)}")
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
