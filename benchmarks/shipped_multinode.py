@@ -4,6 +4,7 @@
 ``validation/calibration-h100x4-multinode.json`` (U, ``validation/data/h100x4-multinode-2026-11-27d``:
 4 x H100, its sweeps, its probe's duplex factor 0.68 and its DDP runs at every cap, two launches per
 shape). Predicted: the DDP runs of the other probed 4-GPU allocations, H100 (R, S, T) and H200 (Q, V, W),
+and of E, a 4 x H100 allocation measured after U's calibration was committed (DDP runs only),
 each with its own campaign's profiles; links, network, duplex factor and DDP overheads from the
 calibration. Neither calibration saw any of these runs. Per (calibration, campaign, shape): mean / max
 absolute error and the mean signed error (bias); then pooled per GPU kind.
@@ -28,6 +29,8 @@ CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.j
 CAMPAIGNS = {"R": ("H100", "validation/data/h100x4-multinode-2026-11-27"),
              "S": ("H100", "validation/data/h100x4-multinode-2026-11-27b"),
              "T": ("H100", "validation/data/h100x4-multinode-2026-11-27c"),
+             # measured after U's calibration was committed: DDP runs only, no sweeps or probe
+             "E": ("H100", "validation/data/h100x4-multinode-2026-11-27e"),
              "Q": ("H200", "validation/data/h200x4-multinode-2026-11-27"),
              "V": ("H200", "validation/data/h200x4-multinode-2026-11-27b"),
              "W": ("H200", "validation/data/h200x4-multinode-2026-11-27c")}
