@@ -1,7 +1,8 @@
 """Predicted vs measured effect of each DDP option in every options campaign, and the per-option error
 table the advisor uses (``ddpsim/planning/option_errors.py``, written by ``--write``).
 
-The campaigns (``CAMPAIGNS``): 4 x H200 (``validation/data/h200x4-options-2026-11-26``) and eight 4 x H100
+The campaigns (``CAMPAIGNS``): three 4 x H200 allocations (``validation/data/h200x4-options-2026-11-26``,
+``h200x4-options-2026-11-27`` and ``-27b``, the last two with the whole plan launched twice) and eight 4 x H100
 allocations, at 4 GPUs and, where measured, 2 GPUs. For every model, transport and world size of each
 campaign the run of variant ``none`` at cap 25 and each option's run are simulated with
 ``run_scenario``, the campaign's own profile and the shipped calibration
@@ -40,8 +41,10 @@ CAMPAIGNS = tuple(f"validation/data/{name}" for name in (
     "h200x4-options-2026-11-26", "h100x4-options-2026-11-26", "h100x4-options-2026-11-26b",
     "h100x4-options-2026-11-26c", "h100x4-options-2026-11-26d", "h100x4-options-2026-11-26e",
     "h100x4-options-2026-11-26f", "h100x4-options-2026-11-26f-w2", "h100x4-options-2026-11-26g",
-    "h100x4-options-2026-11-26g-w2", "h100x4-options-2026-11-26h", "h100x4-options-2026-11-26h-w2"))
-SOURCE = "12 options campaigns on 4 x H200 and eight 4 x H100 allocations (validation/data/h*-options-2026-11-26*)"
+    "h100x4-options-2026-11-26g-w2", "h100x4-options-2026-11-26h", "h100x4-options-2026-11-26h-w2",
+    "h200x4-options-2026-11-27", "h200x4-options-2026-11-27b"))
+SOURCE = ("14 options campaigns on three 4 x H200 and eight 4 x H100 allocations "
+          "(validation/data/h*-options-2026-11-26*, h200x4-options-2026-11-27 and -27b)")
 CALIBRATION = "validation/calibration-h200x4.json"
 OPTIONS = {
     "find_unused": {"find_unused_parameters": True},
@@ -73,21 +76,22 @@ def compare() -> list[dict]:
     for campaign in CAMPAIGNS:
         runs = [r for r in read_ddp_runs(os.path.join(ROOT, campaign, "ddp_runs.jsonl"))
                 if r.get("status") == "ok" and r["bucket_cap_mb"] == 25]
-        by_key = {(r["model"], r["transport"], r["world_size"], r["variant"]): r for r in runs}
-        for (model, transport, world, variant), none in sorted(by_key.items()):
+        # an option is paired with the plain run of its own launch (X and Y launched the whole plan twice)
+        by_key = {(r["launch_id"], r["model"], r["transport"], r["world_size"], r["variant"]): r for r in runs}
+        for (launch, model, transport, world, variant), none in sorted(by_key.items()):
             profile = os.path.join(ROOT, campaign, "profiles", f"{model}.json")
             if variant != "none" or not os.path.exists(profile):
                 continue
             base = run_scenario(none, profile, calibration)
             predicted_none = simulate(base).step_time_s
             for option, changes in OPTIONS.items():
-                run = by_key.get((model, transport, world, option))
+                run = by_key.get((launch, model, transport, world, option))
                 if run is None:
                     continue
                 scenario = dataclasses.replace(base, ddp=dataclasses.replace(base.ddp, **changes))
                 predicted = simulate(scenario).step_time_s
                 rows.append({
-                    "option": option, "campaign": os.path.basename(campaign), "model": model,
+                    "option": option, "campaign": os.path.basename(campaign), "launch_id": launch, "model": model,
                     "transport": transport, "world_size": world,
                     "measured_ratio": run["step_s_median"] / none["step_s_median"],
                     "predicted_ratio": predicted / predicted_none,
