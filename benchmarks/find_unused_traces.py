@@ -24,7 +24,8 @@ DATA = os.path.join(ROOT, "validation", "data", "h200x4-find-unused-traces-2026-
 
 
 def main() -> int:
-    runs = [json.loads(line) for line in open(DATA, encoding="utf-8")]
+    with open(DATA, encoding="utf-8") as handle:
+        runs = [json.loads(line) for line in handle]
     ok = {(r["launch_id"], r["model"], r["variant"]): r for r in runs if r.get("status") == "ok"}
     print(f"{'launch':12s} {'model':11s} {'effect':>7s}   {'traced backward ms':>20s}   "
           f"{'last bucket launched (host) ms':>31s}   {'last all-reduce ended ms':>25s}")
@@ -39,7 +40,7 @@ def main() -> int:
             continue
         effect = option["step_s_median"] / plain["step_s_median"] - 1
         bwd = [t["backward_s_median"] * 1e3 for t in traced]
-        last_launch = [t["per_bucket"][-1]["launch_cpu_s"] * 1e3 for t in traced]
+        last_launch = [max(b["launch_cpu_s"] for b in t["per_bucket"]) * 1e3 for t in traced]
         last_end = [max(b["end_s"] for b in t["per_bucket"]) * 1e3 for t in traced]
         print(f"{launch:12s} {model:11s} {effect:+7.1%}   {bwd[0]:9.1f} {bwd[1]:10.1f}   {last_launch[0]:15.1f} "
               f"{last_launch[1]:15.1f}   {last_end[0]:12.1f} {last_end[1]:12.1f}")

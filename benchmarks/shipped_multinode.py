@@ -7,7 +7,7 @@ shape). Predicted: the DDP runs of the other probed 4-GPU allocations, H100 (R, 
 and of E, a 4 x H100 allocation measured after U's calibration was committed (DDP runs only),
 each with its own campaign's profiles; links, network, duplex factor and DDP overheads from the
 calibration. Neither calibration saw any of these runs. Per (calibration, campaign, shape): mean / max
-absolute error and the mean signed error (bias); then pooled per GPU kind.
+absolute error and the mean signed error (bias); then pooled: R, S, T; all four H100 allocations; Q, V, W.
 
     .venv/bin/python benchmarks/shipped_multinode.py
 """
@@ -26,14 +26,15 @@ from ddpsim.calibration.validate import validate  # noqa: E402
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.json",
                 "U (H100, probe)": "validation/calibration-h100x4-multinode.json"}
-CAMPAIGNS = {"R": ("H100", "validation/data/h100x4-multinode-2026-11-27"),
-             "S": ("H100", "validation/data/h100x4-multinode-2026-11-27b"),
-             "T": ("H100", "validation/data/h100x4-multinode-2026-11-27c"),
+# campaign -> (the pools it is counted in, folder)
+CAMPAIGNS = {"R": (("H100 R,S,T", "all H100"), "validation/data/h100x4-multinode-2026-11-27"),
+             "S": (("H100 R,S,T", "all H100"), "validation/data/h100x4-multinode-2026-11-27b"),
+             "T": (("H100 R,S,T", "all H100"), "validation/data/h100x4-multinode-2026-11-27c"),
              # measured after U's calibration was committed: DDP runs only, no sweeps or probe
-             "E": ("H100", "validation/data/h100x4-multinode-2026-11-27e"),
-             "Q": ("H200", "validation/data/h200x4-multinode-2026-11-27"),
-             "V": ("H200", "validation/data/h200x4-multinode-2026-11-27b"),
-             "W": ("H200", "validation/data/h200x4-multinode-2026-11-27c")}
+             "E": (("all H100",), "validation/data/h100x4-multinode-2026-11-27e"),
+             "Q": (("H200 Q,V,W",), "validation/data/h200x4-multinode-2026-11-27"),
+             "V": (("H200 Q,V,W",), "validation/data/h200x4-multinode-2026-11-27b"),
+             "W": (("H200 Q,V,W",), "validation/data/h200x4-multinode-2026-11-27c")}
 
 
 def _line(errors: list[float]) -> str:
@@ -42,20 +43,21 @@ def _line(errors: list[float]) -> str:
 
 
 def main() -> int:
-    print(f"{'calibration':20s} {'campaign':9s} {'shape':5s} runs   mean    max    bias   (% error of the DDP step)")
+    print(f"{'calibration':20s} {'campaign':10s} {'shape':5s} runs   mean    max    bias   (% error of the DDP step)")
     for cal_name, cal_path in CALIBRATIONS.items():
         calibration = read_calibration(os.path.join(ROOT, cal_path))
         pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
-        for name, (gpu, folder) in CAMPAIGNS.items():
+        for name, (pools, folder) in CAMPAIGNS.items():
             v = validate([os.path.join(ROOT, folder)], calibration)
             by_shape: dict[str, list[float]] = defaultdict(list)
             for row in v.held_out():
                 by_shape[f"{row.nodes}x{row.world_size // row.nodes}"].append(row.error_pct)
             for shape, errors in sorted(by_shape.items()):
-                print(f"{cal_name:20s} {name:9s} {shape:5s} {_line(errors)}")
-                pooled[(gpu, shape)] += errors
-        for (gpu, shape), errors in sorted(pooled.items()):
-            print(f"{cal_name:20s} {'all ' + gpu:9s} {shape:5s} {_line(errors)}")
+                print(f"{cal_name:20s} {name:10s} {shape:5s} {_line(errors)}")
+                for pool in pools:
+                    pooled[(pool, shape)] += errors
+        for (pool, shape), errors in sorted(pooled.items()):
+            print(f"{cal_name:20s} {pool:10s} {shape:5s} {_line(errors)}")
         print()
     return 0
 

@@ -167,6 +167,24 @@ def test_values_the_scenario_wrote_and_the_calibration_replaces_are_named():
     unwritten = calibrated({})
     assert "replaces" not in unwritten["network endpoint duplex"]
     assert "replaces" not in unwritten["inter-node network"]
+    # a written value equal to the calibration's is not called replaced
+    same = calibrated({"duplex_factor": links["net"]["by_shape"]["2x2"]["duplex_factor"]})
+    assert "replaces" not in same["network endpoint duplex"]
+
+
+def test_a_written_intra_node_link_replaced_by_the_calibration_is_named(tmp_path):
+    from dataclasses import replace
+
+    measured = load_measurements([PROBED])
+    calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(measured.samples)}, "cal.json")
+    scenario = scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 1},
+        "cluster": {"gpu": "H200", "nodes": 1, "gpus_per_node": 4,
+                    "intra_node": {"type": "nvswitch", "bandwidth": "450GB/s"}},
+    })
+    sources = apply_calibration(replace(scenario, calibration=calibration)).sources
+    assert "replaces the scenario's bandwidth 3600 Gbps (450 GB/s)" in sources["intra-node link"]
+    assert "latency" not in sources["intra-node link"].split("replaces", 1)[1]  # not written: not replaced
 
 
 def test_a_malformed_probe_file_is_one_line_naming_file_and_field(tmp_path, capsys):

@@ -246,7 +246,10 @@ def apply_calibration(scenario: Scenario) -> Calibrated:
 def _replaced_written(scenario: Scenario, fields: dict[str, tuple[float, float, Any]]) -> str:
     """The values the scenario's file wrote that the calibration's fit replaces, as text to append to a
     source line: a user who wrote a number must see that it is not the one in force. ``fields`` maps a
-    dotted field to (written value, value in force, formatter)."""
+    dotted field to (written value, value in force, formatter). A custom topology's own links decide, so
+    there the calibration's values are reported as not applied instead."""
+    if scenario.cluster.topology is not None:
+        return ""
     replaced = [f"{name.rsplit('.', 1)[-1]} {fmt(written)}" for name, (written, used, fmt) in fields.items()
                 if name not in scenario.defaulted_fields and not math.isclose(written, used, rel_tol=1e-9)]
     if not replaced:

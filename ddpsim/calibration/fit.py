@@ -654,7 +654,9 @@ def fit_overheads_pruned(
     """``fit_overheads``, then backward elimination of the terms the runs do not determine
     (``calibrate --prune-undetermined``): each round drops every term that ended at its no-effect value
     (it changes no prediction) and, of the rest, the one whose standard error exceeds its effect by the
-    largest factor, and refits, until every remaining term's effect is larger than its standard error.
+    largest factor, and refits, until every remaining term whose standard error is known has an effect
+    larger than it. A term is never dropped on an unknown standard error (as many runs as terms: the
+    warning says so instead), and the last term is kept, determined or not.
     Fewer free terms than runs is the aim: with 6 runs for 6 terms a fit reproduces every run whatever
     the mechanism. The dropped terms stay at no effect and are listed in ``pruned_terms``. Not the
     default: on campaigns A to D it predicted held-out hosts worse (NVLink 5.8% against 4.8% mean,

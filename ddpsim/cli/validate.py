@@ -406,9 +406,10 @@ def _cap_curves(v, path: str) -> None:
         cap_curves_png(path, panels)
 
 
-def _add_stretch_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
-    """How an all-reduce inside DDP is priced beyond its time alone; the wait replaces the stretch, so
-    the two flags exclude each other (asking for both is a usage error, exit 2)."""
+def _add_fit_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
+    """How the DDP overhead terms are fitted: how an all-reduce inside DDP is priced beyond its time alone
+    (the wait replaces the stretch, so those two flags exclude each other: asking for both is a usage
+    error, exit 2), and whether undetermined terms are dropped."""
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--fix-measured-stretch", action="store_true",
                        help=f"{prefix}take the all-reduce stretch measured from per-bucket traces instead of fitting it")
@@ -431,7 +432,7 @@ def register(sub) -> None:
     cal.add_argument("--noise-from", action="append", default=[], metavar="DIR",
                      help="campaign folders whose DDP runs give the step's measured spread (p10/p90 of 'ddpsim run') "
                           "instead of DATA_DIR's: e.g. the same plan on several allocations (repeatable)")
-    _add_stretch_flags(cal, "")
+    _add_fit_flags(cal, "")
     cal.add_argument("--out", required=True, help="calibration JSON to write")
     cal.set_defaults(handler=_cmd_calibrate)
 
@@ -443,7 +444,7 @@ def register(sub) -> None:
     val.add_argument("--calibration-caps", default="5,50",
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
     val.add_argument("--jobs", type=int, default=1, help="with --cross: folds fitted in parallel processes")
-    _add_stretch_flags(val, "with --cross: each fold: ")
+    _add_fit_flags(val, "with --cross: each fold: ")
     val.add_argument("--jitter-from-profile", action="store_true",
                      help="every rank's compute varies step to step as its profile measured (its step p10..p90), "
                           f"and the median of {JITTER_STEPS} simulated steps is compared; the calibration is fitted "
