@@ -1,7 +1,7 @@
 #!/bin/sh
 # Re-measure the cross-validated accuracy tables of the README ("Accuracy as measured") from the
 # committed campaigns: each report's validation.md lands in validation/reports/<split>/.
-# About 45 minutes of CPU on a 2-core machine. Exit status: that of the last report (1 = past tolerance).
+# About 70 minutes of CPU on a 2-core machine. Exit status: that of the last report (1 = past tolerance).
 set -u
 D=validation/data
 R=validation/reports
@@ -26,3 +26,6 @@ report heldout-h100x4-multinode $D/h100x4-multinode-2026-11-26 $D/h100x4-multino
 report heldout-h100x4-options $D/h100x4-options-2026-11-26 $D/h100x4-options-2026-11-26b $D/h100x4-options-2026-11-26c $D/h100x4-options-2026-11-26d $D/h100x4-options-2026-11-26e --calibration validation/calibration-h200x4.json
 report heldout-h100-options-fgh $D/h100x4-options-2026-11-26f $D/h100x4-options-2026-11-26f-w2 $D/h100x4-options-2026-11-26g $D/h100x4-options-2026-11-26g-w2 $D/h100x4-options-2026-11-26h $D/h100x4-options-2026-11-26h-w2 --calibration validation/calibration-h200x4.json
 report heldout-h200x4-options $D/h200x4-options-2026-11-26 --calibration validation/calibration-h200x4.json
+report cross-host-options-h200 $D/h200x4-options-2026-11-26 $D/h200x4-options-2026-11-27 $D/h200x4-options-2026-11-27b --cross host --calibration-caps all
+report heldout-options-xy $D/h200x4-options-2026-11-27 $D/h200x4-options-2026-11-27b --calibration validation/calibration-h200x4.json
+report heldout-shipped-h100-multinode $D/h100x4-multinode-2026-11-27 $D/h100x4-multinode-2026-11-27b $D/h100x4-multinode-2026-11-27c $D/h100x4-multinode-2026-11-27e --calibration validation/calibration-h100x4-multinode.json
