@@ -14,7 +14,7 @@ import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ddpsim.calibration.calibrate import Measurements, calibrate, load_measurements
 from ddpsim.calibration.file import Calibration, calibration_from_dict
@@ -311,8 +311,8 @@ def cross_validate(
     # folds are independent fits of seconds to minutes each: one process per core
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
-            _fold, [(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile,
-                     prune_undetermined) for part in parts]
+            _fold, [_FoldJob(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile,
+                             prune_undetermined) for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -337,11 +337,27 @@ def _pool(jobs: int) -> Any:
     return ProcessPoolExecutor(jobs) if jobs > 1 else ThreadPoolExecutor(1)
 
 
+class _FoldJob(NamedTuple):
+    """One fold of a cross-validation, as handed to a worker process: the data, the part held out and
+    how the calibration without it is fitted and used."""
+
+    measured: Measurements
+    cross: str
+    part: str
+    caps: list[float] | None
+    fix_measured_stretch: bool
+    idle_start_wait: bool
+    jitter_from_profile: bool
+    prune_undetermined: bool
+
+
 def _fold(
-    args: tuple[Measurements, str, str, list[float] | None, bool, bool, bool, bool],
+    job: _FoldJob,
 ) -> tuple[list[RunRow], list[str | None], dict[str, Any], list[tuple[str, str]]]:
     """Fit without ``part``, predict ``part``'s runs (the fit itself without jitter, as ``calibrate``)."""
-    measured, cross, part, caps, fix_stretch, idle_start_wait, jitter, prune = args
+    measured, cross, part, caps = job.measured, job.cross, job.part, job.caps
+    fix_stretch, idle_start_wait, jitter, prune = (job.fix_measured_stretch, job.idle_start_wait,
+                                                   job.jitter_from_profile, job.prune_undetermined)
     key = _FOLD_KEYS[cross]
     held = [r for r in measured.runs if key(r) == part]
     train_runs = [r for r in measured.runs if key(r) != part]
