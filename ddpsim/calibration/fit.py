@@ -690,16 +690,19 @@ def _determination_warnings(n_runs: int, names: Sequence[str], params: dict[str,
         return [f"{n_runs} runs for {len(names)} fitted terms: nothing is left to check the fit, so its "
                 "error on these runs says nothing and the terms' uncertainty is unknown; give more caps "
                 "(--calibration-caps) or models"]
-    out = []
+    undetermined = []
     for n in names:
         if n in at_no_effect:
             continue
         se = standard_error.get(n)
         effect = abs(float(params[n]) - float(NO_EFFECT[n]))
         if se is not None and effect > 0 and se > effect:
-            out.append(f"{n} = {params[n]:.3g} +- {se:.2g}: its effect is smaller than its standard error, "
-                       "so these runs cannot tell it from no effect")
-    return out
+            undetermined.append(f"{n} = {params[n]:.3g} +- {se:.2g}")
+    if not undetermined:
+        return []
+    # one line per fit: a user reads which terms, not the same sentence once per term
+    return [f"{len(undetermined)} of {len(names)} fitted terms have an effect smaller than their standard error, "
+            f"so these runs cannot tell them from no effect: {'; '.join(undetermined)}"]
 
 
 def measure_stretch(
