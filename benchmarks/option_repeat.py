@@ -26,24 +26,18 @@ from collections import defaultdict
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+# the same rule as the per-machine count: direction and size within a factor 1.5 of one predicted change
+from benchmarks.option_directions import CALIBRATION, THRESHOLD, _right  # noqa: E402
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_CAMPAIGNS = ["validation/data/h200x4-options-2026-11-27", "validation/data/h200x4-options-2026-11-27b"]
-CALIBRATION = "validation/calibration-h200x4.json"
-THRESHOLD = 0.05
-FACTOR = 1.5
 
 
 def launch_series(launch_id: str) -> str:
     """The launch id without its launch number: nvlink_w4_0 and nvlink_w4_1 are one plan, launched twice."""
     return re.sub(r"_\d+$", "", launch_id)
-
-
-def within(measured: float, predicted: float, factor: float = FACTOR) -> bool:
-    lo, hi = sorted((measured / factor, measured * factor))
-    return lo <= predicted <= hi
 
 
 def main(campaigns: list[str]) -> int:
@@ -74,9 +68,7 @@ def main(campaigns: list[str]) -> int:
         quiet = len(measured) >= 2 and all(abs(m) <= THRESHOLD for m in measured)
         direction = size = False
         if agree:
-            mean = sum(measured) / len(measured)
-            direction = predicted != 0 and (predicted > 0) == (mean > 0)
-            size = within(mean, predicted)
+            direction, size = _right(sum(measured) / len(measured), predicted)
         names = (option, "all") if option == "accum4" else (option, "all", "all but accum4")
         for name in names:
             t = tally[name]

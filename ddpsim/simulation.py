@@ -30,7 +30,7 @@ from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
+from ddpsim.topology.link_kinds import link_class_of_type, step_link_class
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 
@@ -377,8 +377,7 @@ def simulate(scenario: Scenario | Prepared) -> Result:
         result.value_sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
     if sc.calibration is not None:
         # the calibration measured the spread per class a step belongs to: across nodes, the network's
-        noise_class = (INTER_NODE_LINK_CLASS if sc.cluster.nodes > 1
-                       else link_class_of_type(sc.cluster.intra_node.type))
+        noise_class = step_link_class(sc.cluster.nodes, link_class_of_type(sc.cluster.intra_node.type))
         interval = sc.calibration.step_interval(noise_class, result.step_time_s)
         if interval is not None:
             result.step_time_p10_s, _, result.step_time_p90_s = interval

@@ -667,9 +667,7 @@ def fit_overheads_pruned(
         entry = fit_overheads(runs, profiles, link_calibration, measured_terms=measured_terms, terms=ranges)
         names = entry["fitted_terms"]
         drop = [n for n in names if n in entry["at_no_effect"]]
-        ratios = {n: se / abs(float(entry[n]) - float(NO_EFFECT[n]))
-                  for n in names if n not in drop and (se := entry["standard_error"].get(n)) is not None
-                  and abs(float(entry[n]) - float(NO_EFFECT[n])) > 0}
+        ratios = _error_over_effect(names, entry, entry["standard_error"], drop)
         worst = max(ratios, key=lambda n: ratios[n], default=None)
         if worst is not None and ratios[worst] > 1.0:
             drop.append(worst)
@@ -678,6 +676,19 @@ def fit_overheads_pruned(
             return entry
         pruned += drop
         ranges = {n: r for n, r in ranges.items() if n not in drop}
+
+
+def _error_over_effect(names: Sequence[str], params: dict[str, Any], standard_error: dict[str, float | None],
+                       skip: Sequence[str]) -> dict[str, float]:
+    """Each term's standard error over its effect (its distance from the no-effect value), where both are
+    known and the effect is not zero; above 1 the runs cannot tell the term from no effect."""
+    out = {}
+    for n in names:
+        se = standard_error.get(n)
+        effect = abs(float(params[n]) - float(NO_EFFECT[n]))
+        if n not in skip and se is not None and effect > 0:
+            out[n] = se / effect
+    return out
 
 
 def _determination_warnings(n_runs: int, names: Sequence[str], params: dict[str, Any],
@@ -690,14 +701,8 @@ def _determination_warnings(n_runs: int, names: Sequence[str], params: dict[str,
         return [f"{n_runs} runs for {len(names)} fitted terms: nothing is left to check the fit, so its "
                 "error on these runs says nothing and the terms' uncertainty is unknown; give more caps "
                 "(--calibration-caps) or models"]
-    undetermined = []
-    for n in names:
-        if n in at_no_effect:
-            continue
-        se = standard_error.get(n)
-        effect = abs(float(params[n]) - float(NO_EFFECT[n]))
-        if se is not None and effect > 0 and se > effect:
-            undetermined.append(f"{n} = {params[n]:.3g} +- {se:.2g}")
+    undetermined = [f"{n} = {params[n]:.3g} +- {standard_error[n]:.2g}"
+                    for n, ratio in _error_over_effect(names, params, standard_error, at_no_effect).items() if ratio > 1]
     if not undetermined:
         return []
     # one line per fit: a user reads which terms, not the same sentence once per term

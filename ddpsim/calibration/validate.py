@@ -23,7 +23,7 @@ from ddpsim.calibration.measured_scenarios import run_class, run_label, run_node
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.errors import ScenarioError
 from ddpsim.planning.advisor import pick_cap
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
+from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, step_link_class
 
 ALLREDUCE_CHECK_MIN_BYTES = 64 * 1024
 ALLREDUCE_CHECK_MAX_BYTES = 1 << 30
@@ -64,7 +64,7 @@ class RunRow:
 
     @property
     def link_class(self) -> str:
-        return INTER_NODE_LINK_CLASS if self.nodes > 1 else self.transport
+        return step_link_class(self.nodes, self.transport)
 
     @property
     def launch(self) -> str:

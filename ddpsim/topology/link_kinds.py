@@ -49,6 +49,12 @@ def link_class_of_type(intra_type: str) -> str:
     return _kind_of_type(intra_type).link_class
 
 
+def step_link_class(nodes: int, intra_class: str) -> str:
+    """The link class a DDP step is measured and calibrated under: across nodes the network's (its
+    all-reduces wait on the network), else the intra-node link's."""
+    return INTER_NODE_LINK_CLASS if nodes > 1 else intra_class
+
+
 def intra_type_of_class(link_class: str) -> str:
     """The scenario link type a measured link class stands for (the first listed: nvlink -> nvswitch)."""
     for kind in LINK_KINDS:
