@@ -68,9 +68,10 @@ class Prepared:
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
     try:
-        calibrated = apply_calibration(scenario)
-        scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
+        # the workload first: a calibration's DDP overheads apply only to the models they were fitted on
         workload = load_workload(scenario.workload, scenario.base_dir)
+        calibrated = apply_calibration(scenario, workload.name)
+        scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
         gpu = get_gpu(scenario.cluster.gpu)
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))

@@ -374,3 +374,17 @@ def test_a_world1_hook_all_reduces_on_its_own_group(free_port, tmp_path):
     out = tmp_path / "same"
     torch.multiprocessing.spawn(_hook_on_own_group, args=(free_port, str(out)), nprocs=2, join=True)
     assert json.loads((tmp_path / "same.0").read_text()) and json.loads((tmp_path / "same.1").read_text())
+
+
+def test_the_overlap_bench_records_both_sides_on_gloo(gloo_world1):
+    from validation.harness import overlap
+
+    spec = models.MODELS["tiny-mlp"]
+    (rec,) = overlap.model_overlap(spec, torch.device("cpu"), 1, reps=2, warmup=1)
+    assert rec["bench"] == "model_overlap" and rec["model"] == "tiny-mlp" and rec["bytes"] == 64 * 1024
+    assert len(rec["backward_alone_all_s"]) == 2 and len(rec["backward_with_allreduces_all_s"]) == 2
+    assert rec["backward_alone_s"] > 0 and rec["allreduce_alone_s"] > 0
+    assert rec["compute_slowdown_ratio"] == rec["backward_with_allreduces_s"] / rec["backward_alone_s"]
+    # on the CPU the all-reduces run before the backward, never beside it: nothing is counted as overlapped
+    assert rec["allreduce_calls_during_backward"] == 0 and rec["comm_slowdown_ratio"] is None
+    assert rec["allreduces_outlasted_backward"] is False

@@ -26,7 +26,7 @@ from ddpsim.calibration.curvefit import (
     fit_protocol_rows,
     fit_protocols,
 )
-from ddpsim.calibration.file import SCHEMA, Calibration
+from ddpsim.calibration.file import NO_EFFECT, SCHEMA, Calibration
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of, launch_key
 from ddpsim.calibration.netprobe import duplex_factor
 from ddpsim.collectives import ProtocolTable
@@ -68,16 +68,6 @@ IDLE_WAIT_TERMS: dict[str, tuple[float, float]] = {
 }
 # the range a measured stretch is clipped to
 STRETCH_RANGE = FITTED_TERMS["allreduce_stretch"]
-NO_EFFECT: dict[str, Any] = {
-    "bucket_launch_s": 0.0,
-    "compute_slowdown": 1.0,
-    "comm_slowdown": 1.0,
-    "allreduce_stretch": 1.0,
-    "idle_start_wait_s": 0.0,
-    "bucket_cpu_s": 0.0,
-    "buffer_sync_s": 0.0,
-    "max_inflight_buckets": None,
-}
 _AT_BOUND = 1e-3  # share of a term's range within which a fitted value counts as sitting on its bound
 
 
@@ -629,6 +619,8 @@ def fit_overheads(
         "calibration_mape_pct": float(errors.mean()),
         "calibration_max_error_pct": float(errors.max()),
         "calibration_runs": len(runs),
+        # the fitted terms hold for these models only (file.Calibration.overheads_apply_to says why)
+        "models": sorted({str(run["model"]) for run in runs}),
         "fitted_terms": names,
         "measured_terms": sorted(fixed),
         "standard_error": standard_error,

@@ -60,7 +60,7 @@ def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
 
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
 RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl",
-                "netprobe.jsonl")
+                "netprobe.jsonl", "overlap.jsonl")
 RESULT_DIRS = ("profiles", "logs")
 RESULT_GLOBS = ("allreduce_*_w*.txt",)
 
@@ -335,6 +335,8 @@ def main(argv=None):
                          "the campaign's largest shape uses). Default 1, one GPU alone: on three 2 x H100 "
                          "allocations profiling at once predicted no better (benchmarks/concurrent_profile.py)")
     ap.add_argument("--microbench", action="store_true", help="one micro-benchmark launch (largest world, nvlink)")
+    ap.add_argument("--overlap-bench", action="store_true",
+                    help="each sweep launch also times every model's backward beside all-reduces (overlap.jsonl)")
     ap.add_argument("--skip-allreduce", action="store_true")
     ap.add_argument("--net-probe", action="store_true",
                     help="multi-node launches also run point-to-point patterns over the network (netprobe.jsonl)")
@@ -487,6 +489,8 @@ def main(argv=None):
                 cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
                 if a.net_probe:  # repeat launches too: the probe's launch-to-launch spread on one allocation
                     cmd += ["--net-probe", "--net-probe-rounds", str(a.net_probe_rounds)]
+            if a.overlap_bench and kind == "sweep":
+                cmd += ["--overlap-bench"]
             if kind == "repeat":
                 cmd += ["--skip-allreduce", "--no-timing-run"]
             else:

@@ -1236,6 +1236,9 @@ def main(argv=None):
                          "it and the next is left out). An early round that fails ends the launch, as the last "
                          "does; the DDP runs leave 1.5 x an early round's time (else 10 s) for the last")
     ap.add_argument("--skip-ddp", action="store_true")
+    ap.add_argument("--overlap-bench", action="store_true",
+                    help="before the DDP runs, time each model's backward beside all-reduces (overlap.jsonl, "
+                         "see overlap.py): the compute and comm slowdowns measured instead of fitted")
     ap.add_argument("--allreduce-budget-s", type=float, default=40.0, help="all sweeps of the launch together")
     ap.add_argument("--allreduce-max-bytes", type=int, default=1 << 30)
     ap.add_argument("--budget-s", type=float, default=1e9, help="skip remaining configs past this")
@@ -1323,6 +1326,8 @@ def main(argv=None):
         probe_round += 1
     if not a.skip_allreduce:
         allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
+    if a.overlap_bench:
+        overlap_bench(a, models, batch_sizes, device, W, fp, shape, launch_id)
     if probing and a.net_probe_rounds >= 2 and not a.skip_ddp:
         probe_reserve_s = 1.5 * net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
@@ -1361,6 +1366,30 @@ def main(argv=None):
         net_probe(a, device, W, fp, shape, launch_id, probe_round)
     _finish(launch_id, t_start)
     return 0
+
+
+def overlap_bench(a, models, batch_sizes, device, W, fp, shape, launch_id):
+    """Each model's backward beside all-reduces (overlap.py); a model that fails is recorded as failed."""
+    from . import overlap
+
+    rank = dist.get_rank()
+    base = {"schema": "ddpsim.overlap/1", "launch_id": launch_id, "world_size": W, "transport": a.transport,
+            **shape, "fingerprint": fp}
+    for name in models:
+        for bs in batch_sizes or [None]:
+            t0 = time.perf_counter()
+            try:
+                spec = resolve(name, bs)
+                recs = overlap.model_overlap(spec, device, W, reps=2 if a.quick else 5)
+                status = [dict(base, status="ok", **r) for r in recs]
+            except Exception:  # noqa: BLE001
+                log("overlap bench FAILED", name, traceback.format_exc()[-800:])
+                status = [dict(base, bench="model_overlap", model=name, status="failed",
+                               error=traceback.format_exc()[-4000:])]
+            if rank == 0:
+                for r in status:
+                    append_jsonl(os.path.join(a.out, "overlap.jsonl"), r)
+            log(f"overlap bench {name}: {time.perf_counter() - t0:.1f}s")
 
 
 def _finish(launch_id, t_start):

@@ -1,0 +1,141 @@
+"""Do a calibration's fitted DDP overheads carry to a model they were not fitted on?
+
+Leave one model out, per campaign: the links are fitted on every all-reduce sweep of the campaign (they
+measure links, not models), the DDP overheads on the plain runs of the other models (caps 5 and 50, as
+``ddpsim calibrate``; ``--caps all`` for every cap), and the held-out model's runs are predicted twice:
+
+* carried: with the other models' fitted overhead terms (ddpsim before 2026-11-27);
+* not carried: every fitted term at its no-effect value, as ``ddpsim`` now does for a model the
+  calibration's overheads were not fitted on (``ddpsim.calibration.file.OTHER_MODEL_WHY``).
+
+Besides the mean / max absolute step error per link class and per model, it prints the overlap bench's
+measured contention where the campaign has one (``overlap.jsonl``): the compute and all-reduce slowdowns
+each model's own backward showed beside all-reduces.
+
+With ``--calibration FILE`` it predicts every run of each DIR with that calibration instead (nothing
+refitted, every run held out): the models the calibration's overheads were fitted on, and the others,
+carried and not.
+
+    .venv/bin/python benchmarks/overheads_across_models.py [--caps all] DIR [DIR ...]
+    .venv/bin/python benchmarks/overheads_across_models.py --calibration FILE DIR [DIR ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections import defaultdict
+from typing import Any
+
+from ddpsim.calibration.calibrate import calibrate, load_measurements
+from ddpsim.calibration.file import calibration_from_dict, read_calibration
+from ddpsim.calibration.measured_scenarios import run_class
+from ddpsim.calibration.validate import predict_run
+
+
+def _without_models(data: dict[str, Any]) -> dict[str, Any]:
+    """The same calibration without the record of its fitted models: its overheads apply to every model."""
+    out = json.loads(json.dumps(data))
+    for entry in out["overheads"].values():
+        entry.pop("models", None)
+        for sub in entry.get("by_world_size", {}).values():
+            sub.pop("models", None)
+    return out
+
+
+def _stats(errors: list[float]) -> str:
+    if not errors:
+        return "-"
+    return f"{sum(abs(e) for e in errors) / len(errors):5.1f}% / {max(abs(e) for e in errors):5.1f}%"
+
+
+def leave_one_model_out(data_dir: str, caps: list[float] | None) -> None:
+    measured = load_measurements([data_dir])
+    models = sorted({r["model"] for r in measured.runs})
+    carried: dict[str, list[float]] = defaultdict(list)
+    not_carried: dict[str, list[float]] = defaultdict(list)
+    per_model: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for held in models:
+        train = [r for r in measured.runs if r["model"] != held]
+        held_runs = [r for r in measured.runs if r["model"] == held]
+        classes = {run_class(r) for r in held_runs}
+        data = calibrate(measured.samples, train, measured.profiles, caps, classes=classes)
+        with_rule = calibration_from_dict(data, f"<without {held}>")
+        without_rule = calibration_from_dict(_without_models(data), f"<without {held}, carried>")
+        for run in held_runs:
+            link = run_class(run)
+            if link not in data["overheads"]:
+                continue
+            a = predict_run(measured, run, without_rule).error_pct
+            b = predict_run(measured, run, with_rule).error_pct
+            carried[link].append(a)
+            not_carried[link].append(b)
+            per_model[(link, held)][0].append(a)
+            per_model[(link, held)][1].append(b)
+    print(f"== {data_dir} (leave one model out; calibration caps {'all' if caps is None else caps})")
+    print(f"{'link class':<10} {'runs':>4}  {'carried, mean / max':>20}  {'not carried, mean / max':>24}")
+    for link in sorted(carried):
+        print(f"{link:<10} {len(carried[link]):>4}  {_stats(carried[link]):>20}  {_stats(not_carried[link]):>24}")
+    for (link, model), (a, b) in sorted(per_model.items()):
+        bias_a, bias_b = sum(a) / len(a), sum(b) / len(b)
+        print(f"    {link:<8} {model:<11} carried {_stats(a)} (bias {bias_a:+5.1f})  not carried {_stats(b)} "
+              f"(bias {bias_b:+5.1f})")
+    _overlap(data_dir)
+
+
+def _overlap(data_dir: str) -> None:
+    rows = []
+    for root, _dirs, files in sorted(os.walk(data_dir)):
+        if "overlap.jsonl" in files:
+            with open(os.path.join(root, "overlap.jsonl")) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+    ok = [r for r in rows if r.get("status") == "ok"]
+    if not ok:
+        return
+    print("  measured beside all-reduces of 25 MiB (overlap.jsonl): model, link, GPUs: compute x, all-reduce x")
+    for r in sorted(ok, key=lambda r: (r["transport"], r["world_size"], r["model"])):
+        comm = r.get("comm_slowdown_ratio")
+        comm_text = f"x{comm:.2f}" if comm else "- (no call inside the backward)"
+        print(f"    {r['model']:<11} {r['transport']:<6} {r['world_size']}  compute x{r['compute_slowdown_ratio']:.2f}  "
+              f"all-reduce {comm_text}")
+
+
+def held_out(data_dir: str, calibration_path: str) -> None:
+    """Every run of ``data_dir`` predicted by the calibration, its overheads carried to every model and not."""
+    measured = load_measurements([data_dir])
+    shipped = read_calibration(calibration_path)
+    with open(calibration_path) as handle:
+        carried_cal = calibration_from_dict(_without_models(json.load(handle)), f"{calibration_path}, carried")
+    groups: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+    for run in measured.runs:
+        link = run_class(run)
+        fitted_on = shipped.overhead_models(link, int(run["world_size"])) or []
+        seen = "fitted on" if run["model"] in fitted_on else "other"
+        for key in ((link, seen), (link, "all")):
+            groups[key][0].append(predict_run(measured, run, carried_cal).error_pct)
+            groups[key][1].append(predict_run(measured, run, shipped).error_pct)
+    print(f"== {data_dir} predicted by {calibration_path} (every run held out)")
+    print(f"{'link class':<10} {'models':<10} {'runs':>4}  {'carried, mean / max':>20}  {'not carried, mean / max':>24}")
+    for (link, seen), (a, b) in sorted(groups.items()):
+        print(f"{link:<10} {seen:<10} {len(a):>4}  {_stats(a):>20}  {_stats(b):>24}")
+    _overlap(data_dir)
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--caps", default="5,50", help="calibration caps, or 'all'")
+    ap.add_argument("--calibration", default=None, help="predict every run with this calibration instead")
+    a = ap.parse_args(argv)
+    caps = None if a.caps == "all" else [float(c) for c in a.caps.split(",")]
+    for data_dir in a.dirs:
+        if a.calibration:
+            held_out(data_dir, a.calibration)
+        else:
+            leave_one_model_out(data_dir, caps)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

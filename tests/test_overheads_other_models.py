@@ -1,0 +1,100 @@
+"""A calibration's fitted communication terms apply to the models they were fitted on, and to no other;
+its compute-side and host terms apply to every model."""
+
+import json
+import os
+from dataclasses import replace
+
+import pytest
+
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict
+from ddpsim.calibration.fit import fit_links, fit_overheads
+from ddpsim.calibration.measured_scenarios import run_scenario
+from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
+from ddpsim.errors import ScenarioError
+from ddpsim.simulation import prepare, simulate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26")
+PROFILES = {m: os.path.join(DATA, "profiles", f"{m}.json") for m in ("resnet50", "gpt2-124m")}
+# far from no effect, so that applying them or not changes the step by a lot
+FITTED = {"bucket_launch_s": 300e-6, "compute_slowdown": 2.5, "comm_slowdown": 3.0, "allreduce_stretch": 2.0,
+          "idle_start_wait_s": 0.0, "bucket_cpu_s": 50e-6, "buffer_sync_s": 1e-3, "max_inflight_buckets": None}
+
+
+@pytest.fixture(scope="module")
+def links():
+    samples = [s for s in read_harness_allreduce(os.path.join(DATA, "allreduce.jsonl")) if s.link_class == "nvlink"]
+    return fit_links(samples)
+
+
+def _run(model, cap=25):
+    with open(PROFILES[model]) as handle:
+        profile = json.load(handle)
+    return {"model": model, "batch_size": profile["batch_size"], "precision": profile["precision"],
+            "bucket_cap_mb": cap, "world_size": 2, "transport": "nvlink",
+            "fingerprint": {"gpu_name": "NVIDIA H200", "hostname_count": 1},
+            "_source": os.path.join(DATA, "ddp_runs.jsonl")}
+
+
+def _calibration(links, overheads):
+    return calibration_from_dict({"schema": SCHEMA, "link_classes": links, "overheads": overheads}, "<test>")
+
+
+def _step(run, calibration, params=None):
+    """The step with the calibration as ddpsim applies it, or (params) with the given overheads set by hand
+    on a scenario calibrated for its links only."""
+    prep = prepare(run_scenario(run, PROFILES[run["model"]], calibration))
+    if params is not None:
+        prep = replace(prep, scenario=replace(prep.scenario, overheads=replace(prep.scenario.overheads, **params)))
+    return simulate(prep).step_time_s, prep.sources
+
+
+def test_overheads_apply_to_the_model_they_were_fitted_on_and_not_to_another(links):
+    calibration = _calibration(links, {"nvlink": {**FITTED, "models": ["resnet50"]}})
+    links_only = _calibration(links, {})
+    resnet, gpt2 = _run("resnet50"), _run("gpt2-124m")
+
+    step, sources = _step(resnet, calibration)
+    assert step == pytest.approx(_step(resnet, links_only, FITTED)[0], rel=1e-9)
+    assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
+
+    step, sources = _step(gpt2, calibration)
+    # written out by hand: the communication terms at no effect, the others as fitted
+    other = {**FITTED, "allreduce_stretch": 1.0, "comm_slowdown": 1.0, "idle_start_wait_s": 0.0}
+    assert step == pytest.approx(_step(gpt2, links_only, other)[0], rel=1e-9)
+    assert step < 0.95 * _step(gpt2, links_only, FITTED)[0]  # the fitted stretch would have lengthened it
+    assert step > 1.05 * _step(gpt2, links_only, {**other, "compute_slowdown": 1.0, "bucket_launch_s": 0.0,
+                                                  "bucket_cpu_s": 0.0})[0]  # the host terms do apply
+    assert "fitted on resnet50, not on gpt2-124m" in sources["DDP overheads"]
+    assert "without allreduce_stretch, comm_slowdown, idle_start_wait_s" in sources["DDP overheads"]
+
+
+def test_a_calibration_that_does_not_name_its_models_applies_to_every_model(links):
+    calibration = _calibration(links, {"nvlink": dict(FITTED)})
+    gpt2 = _run("gpt2-124m")
+    assert _step(gpt2, calibration)[0] == pytest.approx(_step(gpt2, _calibration(links, {}), FITTED)[0], rel=1e-9)
+
+
+def test_the_world_size_entry_names_its_own_models(links):
+    overheads = {"nvlink": {**FITTED, "models": ["resnet50", "gpt2-124m"],
+                            "by_world_size": {"2": {**FITTED, "models": ["resnet50"]}}}}
+    gpt2 = _run("gpt2-124m")
+    assert "not on gpt2-124m" in _step(gpt2, _calibration(links, overheads))[1]["DDP overheads"]
+
+
+@pytest.mark.parametrize("models", ["resnet50", [], [""], [3]])
+def test_a_bad_models_field_is_refused_when_the_file_is_read(links, models):
+    with pytest.raises(ScenarioError) as info:
+        _calibration(links, {"nvlink": {**FITTED, "models": models}})
+    assert "overheads.nvlink.models" in str(info.value)
+
+
+def test_the_fit_records_the_models_of_its_runs(links):
+    calibration = _calibration(links, {})
+    runs = [_run("resnet50", cap) for cap in (5, 50)]
+    for run in runs:
+        run["step_s_median"] = _step(run, calibration, FITTED)[0]
+    entry = fit_overheads(runs, Profiles.from_paths([PROFILES["resnet50"]]), calibration,
+                          starts=[{}])
+    assert entry["models"] == ["resnet50"]
