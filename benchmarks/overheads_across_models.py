@@ -4,9 +4,10 @@ Leave one model out, per campaign: the links are fitted on every all-reduce swee
 measure links, not models), the DDP overheads on the plain runs of the other models (caps 5 and 50, as
 ``ddpsim calibrate``; ``--caps all`` for every cap), and the held-out model's runs are predicted twice:
 
-* carried: with the other models' fitted overhead terms (ddpsim before 2026-11-27);
-* not carried: every fitted term at its no-effect value, as ``ddpsim`` now does for a model the
-  calibration's overheads were not fitted on (``ddpsim.calibration.file.OTHER_MODEL_WHY``).
+* carried: with the other models' fitted overhead terms (ddpsim's default);
+* not carried: the fitted communication terms at their no-effect value, as a calibration fitted with
+  ``--comm-terms-fitted-models-only`` does for a model its overheads were not fitted on
+  (``ddpsim.calibration.file.NOT_CARRIED``).
 
 Besides the mean / max absolute step error per link class and per model, it prints the overlap bench's
 measured contention where the campaign has one (``overlap.jsonl``): the compute and all-reduce slowdowns
@@ -29,18 +30,18 @@ from collections import defaultdict
 from typing import Any
 
 from ddpsim.calibration.calibrate import calibrate, load_measurements
-from ddpsim.calibration.file import calibration_from_dict, read_calibration
+from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, calibration_from_dict
 from ddpsim.calibration.measured_scenarios import run_class
 from ddpsim.calibration.validate import predict_run
 
 
-def _without_models(data: dict[str, Any]) -> dict[str, Any]:
-    """The same calibration without the record of its fitted models: its overheads apply to every model."""
+def _fitted_models_only(data: dict[str, Any]) -> dict[str, Any]:
+    """The same calibration with its communication terms kept for the models they were fitted on."""
     out = json.loads(json.dumps(data))
     for entry in out["overheads"].values():
-        entry.pop("models", None)
+        entry[FITTED_MODELS_ONLY_KEY] = True
         for sub in entry.get("by_world_size", {}).values():
-            sub.pop("models", None)
+            sub[FITTED_MODELS_ONLY_KEY] = True
     return out
 
 
@@ -61,8 +62,8 @@ def leave_one_model_out(data_dir: str, caps: list[float] | None) -> None:
         held_runs = [r for r in measured.runs if r["model"] == held]
         classes = {run_class(r) for r in held_runs}
         data = calibrate(measured.samples, train, measured.profiles, caps, classes=classes)
-        with_rule = calibration_from_dict(data, f"<without {held}>")
-        without_rule = calibration_from_dict(_without_models(data), f"<without {held}, carried>")
+        without_rule = calibration_from_dict(data, f"<without {held}>")
+        with_rule = calibration_from_dict(_fitted_models_only(data), f"<without {held}, fitted models only>")
         for run in held_runs:
             link = run_class(run)
             if link not in data["overheads"]:
@@ -104,9 +105,10 @@ def _overlap(data_dir: str) -> None:
 def held_out(data_dir: str, calibration_path: str) -> None:
     """Every run of ``data_dir`` predicted by the calibration, its overheads carried to every model and not."""
     measured = load_measurements([data_dir])
-    shipped = read_calibration(calibration_path)
     with open(calibration_path) as handle:
-        carried_cal = calibration_from_dict(_without_models(json.load(handle)), f"{calibration_path}, carried")
+        data = json.load(handle)
+    carried_cal = calibration_from_dict(data, calibration_path)
+    shipped = calibration_from_dict(_fitted_models_only(data), f"{calibration_path}, fitted models only")
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for run in measured.runs:
         link = run_class(run)

@@ -1,5 +1,6 @@
-"""A calibration's fitted communication terms apply to the models they were fitted on, and to no other;
-its compute-side and host terms apply to every model."""
+"""A calibration records the models its DDP overheads were fitted on and says when a scenario's model is
+not among them; fitted with ``--comm-terms-fitted-models-only``, it keeps its communication terms for
+those models, and its compute-side and host terms apply to every model."""
 
 import json
 import os
@@ -50,8 +51,21 @@ def _step(run, calibration, params=None):
     return simulate(prep).step_time_s, prep.sources
 
 
-def test_overheads_apply_to_the_model_they_were_fitted_on_and_not_to_another(links):
+def test_by_default_the_overheads_carry_to_another_model_and_the_sources_say_so(links):
     calibration = _calibration(links, {"nvlink": {**FITTED, "models": ["resnet50"]}})
+    links_only = _calibration(links, {})
+    resnet, gpt2 = _run("resnet50"), _run("gpt2-124m")
+    step, sources = _step(resnet, calibration)
+    assert step == pytest.approx(_step(resnet, links_only, FITTED)[0], rel=1e-9)
+    assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
+    step, sources = _step(gpt2, calibration)
+    assert step == pytest.approx(_step(gpt2, links_only, FITTED)[0], rel=1e-9)
+    assert "(fitted on resnet50, not on gpt2-124m: carried;" in sources["DDP overheads"]
+
+
+def test_fitted_models_only_keeps_the_communication_terms_for_the_fitted_model(links):
+    entry = {**FITTED, "models": ["resnet50"], "comm_terms_fitted_models_only": True}
+    calibration = _calibration(links, {"nvlink": entry})
     links_only = _calibration(links, {})
     resnet, gpt2 = _run("resnet50"), _run("gpt2-124m")
 
@@ -66,21 +80,22 @@ def test_overheads_apply_to_the_model_they_were_fitted_on_and_not_to_another(lin
     assert step < 0.95 * _step(gpt2, links_only, FITTED)[0]  # the fitted stretch would have lengthened it
     assert step > 1.05 * _step(gpt2, links_only, {**other, "compute_slowdown": 1.0, "bucket_launch_s": 0.0,
                                                   "bucket_cpu_s": 0.0})[0]  # the host terms do apply
-    assert "fitted on resnet50, not on gpt2-124m" in sources["DDP overheads"]
     assert "without allreduce_stretch, comm_slowdown, idle_start_wait_s" in sources["DDP overheads"]
+    assert "resnet50, not gpt2-124m" in sources["DDP overheads"]
 
 
 def test_a_calibration_that_does_not_name_its_models_applies_to_every_model(links):
-    calibration = _calibration(links, {"nvlink": dict(FITTED)})
+    calibration = _calibration(links, {"nvlink": {**FITTED, "comm_terms_fitted_models_only": True}})
     gpt2 = _run("gpt2-124m")
     assert _step(gpt2, calibration)[0] == pytest.approx(_step(gpt2, _calibration(links, {}), FITTED)[0], rel=1e-9)
 
 
 def test_the_world_size_entry_names_its_own_models(links):
-    overheads = {"nvlink": {**FITTED, "models": ["resnet50", "gpt2-124m"],
-                            "by_world_size": {"2": {**FITTED, "models": ["resnet50"]}}}}
+    overheads = {"nvlink": {**FITTED, "models": ["resnet50", "gpt2-124m"], "comm_terms_fitted_models_only": True,
+                            "by_world_size": {"2": {**FITTED, "models": ["resnet50"],
+                                                    "comm_terms_fitted_models_only": True}}}}
     gpt2 = _run("gpt2-124m")
-    assert "not on gpt2-124m" in _step(gpt2, _calibration(links, overheads))[1]["DDP overheads"]
+    assert "resnet50, not gpt2-124m" in _step(gpt2, _calibration(links, overheads))[1]["DDP overheads"]
 
 
 @pytest.mark.parametrize("models", ["resnet50", [], [""], [3]])
@@ -88,6 +103,12 @@ def test_a_bad_models_field_is_refused_when_the_file_is_read(links, models):
     with pytest.raises(ScenarioError) as info:
         _calibration(links, {"nvlink": {**FITTED, "models": models}})
     assert "overheads.nvlink.models" in str(info.value)
+
+
+def test_a_bad_fitted_models_only_flag_is_refused_when_the_file_is_read(links):
+    with pytest.raises(ScenarioError) as info:
+        _calibration(links, {"nvlink": {**FITTED, "comm_terms_fitted_models_only": "yes"}})
+    assert "overheads.nvlink.comm_terms_fitted_models_only" in str(info.value)
 
 
 def test_the_fit_records_the_models_of_its_runs(links):
@@ -98,3 +119,18 @@ def test_the_fit_records_the_models_of_its_runs(links):
     entry = fit_overheads(runs, Profiles.from_paths([PROFILES["resnet50"]]), calibration,
                           starts=[{}])
     assert entry["models"] == ["resnet50"]
+
+
+def test_calibrate_writes_the_flag_into_every_entry_it_fits(links):
+    from ddpsim.calibration.calibrate import calibrate
+
+    samples = [s for s in read_harness_allreduce(os.path.join(DATA, "allreduce.jsonl")) if s.link_class == "nvlink"]
+    runs = [_run("resnet50", cap) for cap in (5, 50)]
+    for run in runs:
+        run.update(step_s_median=_step(run, _calibration(links, {}), FITTED)[0], variant="none")
+    profiles = Profiles.from_paths([PROFILES["resnet50"]])
+    data = calibrate(samples, runs, profiles, [5.0, 50.0], comm_terms_fitted_models_only=True)
+    entry = data["overheads"]["nvlink"]
+    assert entry["comm_terms_fitted_models_only"] is True and entry["models"] == ["resnet50"]
+    plain = calibrate(samples, runs, profiles, [5.0, 50.0])
+    assert "comm_terms_fitted_models_only" not in plain["overheads"]["nvlink"]

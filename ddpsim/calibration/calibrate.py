@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddpsim.calibration.file import SCHEMA, Calibration, calibration_from_dict
+from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, SCHEMA, Calibration, calibration_from_dict
 from ddpsim.calibration.fit import (
     IDLE_WAIT_TERMS,
     fit_links,
@@ -134,6 +134,7 @@ def calibrate(
     idle_start_wait: bool = False,
     net_probes: Sequence[dict[str, Any]] = (),
     prune_undetermined: bool = False,
+    comm_terms_fitted_models_only: bool = False,
 ) -> dict[str, Any]:
     """The calibration file's content. Overheads are fitted per link class on the plain runs whose cap
     is in ``calibration_caps`` (None: every cap); ``classes`` limits the overhead fits to those classes.
@@ -143,7 +144,9 @@ def calibrate(
     the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS).
     ``net_probes``: the harness's point-to-point patterns across nodes; the network fit takes its
     endpoint's duplex factor from them (``netprobe.duplex_factor``). With ``prune_undetermined`` the
-    overhead terms the runs do not determine are dropped (``fit.fit_overheads_pruned``)."""
+    overhead terms the runs do not determine are dropped (``fit.fit_overheads_pruned``). With
+    ``comm_terms_fitted_models_only`` the file keeps the communication terms for the fitted models only
+    (``file.NOT_CARRIED``; not the default, ``file.py`` says why)."""
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
     links = fit_links(samples, net_probes)
@@ -166,6 +169,9 @@ def calibrate(
             measured = {"allreduce_stretch": stretch[link_class]["value"]} if fix else None
             overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait,
                                                prune_undetermined)
+            if comm_terms_fitted_models_only:
+                for entry in [overheads[link_class], *overheads[link_class].get("by_world_size", {}).values()]:
+                    entry[FITTED_MODELS_ONLY_KEY] = True
             if log:
                 log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
     return {

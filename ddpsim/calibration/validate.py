@@ -286,6 +286,7 @@ def cross_validate(
     idle_start_wait: bool = False,
     jitter_from_profile: bool = False,
     prune_undetermined: bool = False,
+    comm_terms_fitted_models_only: bool = False,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
     everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
@@ -312,7 +313,7 @@ def cross_validate(
     with _pool(jobs) as pool:
         for fold_rows, fold_layouts, fold, fold_skipped in pool.map(
             _fold, [_FoldJob(measured, cross, part, caps, fix_measured_stretch, idle_start_wait, jitter_from_profile,
-                             prune_undetermined) for part in parts]
+                             prune_undetermined, comm_terms_fitted_models_only) for part in parts]
         ):
             rows += fold_rows
             layouts += fold_layouts
@@ -349,6 +350,7 @@ class _FoldJob(NamedTuple):
     idle_start_wait: bool
     jitter_from_profile: bool
     prune_undetermined: bool
+    comm_terms_fitted_models_only: bool = False
 
 
 def _fold(
@@ -369,7 +371,7 @@ def _fold(
     train_timing = [r for r in measured.timing_runs if key(r) != part]
     data = calibrate(train_samples, train_runs, measured.profiles, caps, classes={run_class(r) for r in held},
                      timing_runs=train_timing, fix_measured_stretch=fix_stretch, idle_start_wait=idle_start_wait,
-                     prune_undetermined=prune,
+                     prune_undetermined=prune, comm_terms_fitted_models_only=job.comm_terms_fitted_models_only,
                      net_probes=[p for p in measured.net_probes if _sample_key(cross, p) != part])
     fold["warnings"] = [w for c in data["overheads"].values() for w in c.get("warnings", [])]
     calibration = calibration_from_dict(data, f"<fold without {cross} {part}>")

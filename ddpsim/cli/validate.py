@@ -58,6 +58,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         fix_measured_stretch=args.fix_measured_stretch,
         idle_start_wait=args.idle_start_wait,
         prune_undetermined=args.prune_undetermined,
+        comm_terms_fitted_models_only=args.comm_terms_fitted_models_only,
         compute_slowdowns=measured.compute_slowdowns if measured else (),
         net_probes=measured.net_probes if measured else (),
     )
@@ -174,7 +175,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                            jobs=args.jobs, fix_measured_stretch=args.fix_measured_stretch,
                            idle_start_wait=args.idle_start_wait, jitter_from_profile=args.jitter_from_profile,
                            normalise_launches=args.normalise_launches, prune_undetermined=args.prune_undetermined,
-                           **tolerances)
+                           comm_terms_fitted_models_only=args.comm_terms_fitted_models_only, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None,
                      normalise_launches=args.normalise_launches, jitter_from_profile=args.jitter_from_profile,
@@ -419,6 +420,10 @@ def _add_fit_flags(parser: argparse.ArgumentParser, prefix: str) -> None:
     parser.add_argument("--prune-undetermined", action="store_true",
                         help=f"{prefix}drop, one at a time, the DDP overhead terms whose effect is smaller than their "
                              "standard error (and those that fit to no effect), refitting the rest")
+    parser.add_argument("--comm-terms-fitted-models-only", action="store_true",
+                        help=f"{prefix}keep the fitted communication terms (all-reduce stretch, comm slowdown, "
+                             "idle-start wait) for the models they were fitted on; any other model gets them at no "
+                             "effect (not the default: docs/model.md)")
 
 
 def register(sub) -> None:

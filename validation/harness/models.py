@@ -181,6 +181,17 @@ def mlp_heavy(width=4096, depth=8):
     return nn.Sequential(*mods)
 
 
+def mlp_wide(width=8192, depth=3):
+    """A communication-bound model no shipped calibration was fitted on: three 8192-wide layers (805 MB
+    of fp32 parameters, each larger than any bucket cap) with GELU, little compute per byte."""
+    mods = []
+    for i in range(depth):
+        mods.append(nn.Linear(width, width))
+        if i < depth - 1:
+            mods.append(nn.GELU())
+    return nn.Sequential(*mods)
+
+
 def tiny_mlp():
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
 
@@ -315,6 +326,7 @@ MODELS = {
     "vit-b16": ModelSpec("vit-b16", vit_b16, 32, "bf16-amp", None, "adamw", "cnn", (3, 224, 224), 1000,
                          requires="torchvision"),
     "mlp-ln-64": ModelSpec("mlp-ln-64", mlp_ln_64, 256, "fp32", None, "sgd", "mlp", (1024,), 1024),
+    "mlp-wide": ModelSpec("mlp-wide", mlp_wide, 16, "fp32", None, "sgd", "mlp", (8192,), 8192),
     # for offline tests / smoke runs
     "tiny-mlp": ModelSpec("tiny-mlp", tiny_mlp, 4, "fp32", None, "sgd", "mlp", (16,), 8),
 }
