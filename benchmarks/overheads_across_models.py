@@ -15,14 +15,18 @@ each model's own backward showed beside all-reduces.
 
 With ``--calibration FILE`` it predicts every run of each DIR with that calibration instead (nothing
 refitted, every run held out): the models the calibration's overheads were fitted on, and the others,
-carried and not.
+carried and not. With ``--measured-contention`` it fits no overhead term at all (links only, from the
+campaign's sweeps) and predicts every run with every term at no effect, then with the overlap bench's
+measured compute and all-reduce slowdowns of the run's own model, link class and world size.
 
     .venv/bin/python benchmarks/overheads_across_models.py [--caps all] DIR [DIR ...]
     .venv/bin/python benchmarks/overheads_across_models.py --calibration FILE DIR [DIR ...]
+    .venv/bin/python benchmarks/overheads_across_models.py --measured-contention DIR [DIR ...]
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -86,12 +90,7 @@ def leave_one_model_out(data_dir: str, caps: list[float] | None) -> None:
 
 
 def _overlap(data_dir: str) -> None:
-    rows = []
-    for root, _dirs, files in sorted(os.walk(data_dir)):
-        if "overlap.jsonl" in files:
-            with open(os.path.join(root, "overlap.jsonl")) as f:
-                rows += [json.loads(line) for line in f if line.strip()]
-    ok = [r for r in rows if r.get("status") == "ok"]
+    ok = _overlap_rows(data_dir)
     if not ok:
         return
     print("  measured beside all-reduces of 25 MiB (overlap.jsonl): model, link, GPUs: compute x, all-reduce x")
@@ -124,15 +123,58 @@ def held_out(data_dir: str, calibration_path: str) -> None:
     _overlap(data_dir)
 
 
+def measured_contention(data_dir: str) -> None:
+    """No fitted overhead term: every term at no effect, against the overlap bench's slowdowns in their place."""
+    from ddpsim.calibration.file import NO_EFFECT
+    from ddpsim.calibration.measured_scenarios import run_scenario
+    from ddpsim.simulation import prepare, simulate
+
+    measured = load_measurements([data_dir])
+    slowdowns = {(r["model"], r["transport"], int(r["world_size"])): r for r in _overlap_rows(data_dir)}
+    links = calibration_from_dict(calibrate(measured.samples, measured.runs, measured.profiles, None,
+                                            links_only=True), f"<{data_dir} links>")
+    none = {k: v for k, v in NO_EFFECT.items() if k != "max_inflight_buckets"}
+    errors: dict[tuple[str, str], list[float]] = defaultdict(list)
+    for run in measured.runs:
+        bench = slowdowns.get((run["model"], run["transport"], int(run["world_size"])))
+        if bench is None:
+            continue
+        measured_terms = {**none, "compute_slowdown": max(1.0, bench["compute_slowdown_ratio"]),
+                          "comm_slowdown": max(1.0, bench.get("comm_slowdown_ratio") or 1.0)}
+        for label, terms in (("no term", none), ("measured", measured_terms)):
+            prep = prepare(run_scenario(run, measured.profiles.for_run(run) or "", links))
+            prep = dataclasses.replace(prep, scenario=dataclasses.replace(
+                prep.scenario, overheads=dataclasses.replace(prep.scenario.overheads, **terms)))
+            errors[(run_class(run), label)].append((simulate(prep).step_time_s / float(run["step_s_median"]) - 1) * 100)
+    print(f"== {data_dir}: no fitted term, every run (links from its own sweeps)")
+    print(f"{'link class':<10} {'runs':>4}  {'no term, mean / max':>20}  {'measured slowdowns, mean / max':>31}")
+    for link in sorted({k[0] for k in errors}):
+        print(f"{link:<10} {len(errors[(link, 'no term')]):>4}  {_stats(errors[(link, 'no term')]):>20}  "
+              f"{_stats(errors[(link, 'measured')]):>31}")
+
+
+def _overlap_rows(data_dir: str) -> list[dict[str, Any]]:
+    rows = []
+    for root, _dirs, files in sorted(os.walk(data_dir)):
+        if "overlap.jsonl" in files:
+            with open(os.path.join(root, "overlap.jsonl")) as f:
+                rows += [json.loads(line) for line in f if line.strip()]
+    return [r for r in rows if r.get("status") == "ok"]
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--caps", default="5,50", help="calibration caps, or 'all'")
     ap.add_argument("--calibration", default=None, help="predict every run with this calibration instead")
+    ap.add_argument("--measured-contention", action="store_true",
+                    help="no fitted term; the overlap bench's slowdowns against none")
     a = ap.parse_args(argv)
     caps = None if a.caps == "all" else [float(c) for c in a.caps.split(",")]
     for data_dir in a.dirs:
-        if a.calibration:
+        if a.measured_contention:
+            measured_contention(data_dir)
+        elif a.calibration:
             held_out(data_dir, a.calibration)
         else:
             leave_one_model_out(data_dir, caps)

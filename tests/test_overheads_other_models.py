@@ -51,13 +51,19 @@ def _step(run, calibration, params=None):
     return simulate(prep).step_time_s, prep.sources
 
 
-def test_by_default_the_overheads_carry_to_another_model_and_the_sources_say_so(links):
-    calibration = _calibration(links, {"nvlink": {**FITTED, "models": ["resnet50"]}})
-    links_only = _calibration(links, {})
-    resnet, gpt2 = _run("resnet50"), _run("gpt2-124m")
+def _fitted_model_gets_the_fit(links, entry):
+    """The calibration of ``entry`` (fitted on resnet50) applies in full to resnet50; returns it, the links-only
+    calibration and a GPT-2 run to check the other model with."""
+    calibration, links_only = _calibration(links, {"nvlink": entry}), _calibration(links, {})
+    resnet = _run("resnet50")
     step, sources = _step(resnet, calibration)
     assert step == pytest.approx(_step(resnet, links_only, FITTED)[0], rel=1e-9)
     assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
+    return calibration, links_only, _run("gpt2-124m")
+
+
+def test_by_default_the_overheads_carry_to_another_model_and_the_sources_say_so(links):
+    calibration, links_only, gpt2 = _fitted_model_gets_the_fit(links, {**FITTED, "models": ["resnet50"]})
     step, sources = _step(gpt2, calibration)
     assert step == pytest.approx(_step(gpt2, links_only, FITTED)[0], rel=1e-9)
     assert "(fitted on resnet50, not on gpt2-124m: carried;" in sources["DDP overheads"]
@@ -65,14 +71,7 @@ def test_by_default_the_overheads_carry_to_another_model_and_the_sources_say_so(
 
 def test_fitted_models_only_keeps_the_communication_terms_for_the_fitted_model(links):
     entry = {**FITTED, "models": ["resnet50"], "comm_terms_fitted_models_only": True}
-    calibration = _calibration(links, {"nvlink": entry})
-    links_only = _calibration(links, {})
-    resnet, gpt2 = _run("resnet50"), _run("gpt2-124m")
-
-    step, sources = _step(resnet, calibration)
-    assert step == pytest.approx(_step(resnet, links_only, FITTED)[0], rel=1e-9)
-    assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
-
+    calibration, links_only, gpt2 = _fitted_model_gets_the_fit(links, entry)
     step, sources = _step(gpt2, calibration)
     # written out by hand: the communication terms at no effect, the others as fitted
     other = {**FITTED, "allreduce_stretch": 1.0, "comm_slowdown": 1.0, "idle_start_wait_s": 0.0}

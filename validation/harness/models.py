@@ -172,24 +172,24 @@ def gpt2_124m():
 
 
 # ----------------------------------------------------------------------------- MLP-heavy
-def mlp_heavy(width=4096, depth=8):
+def _linear_stack(width, depth, activation):
+    """nn.Sequential(Linear, act, Linear, ..., Linear): parameters "0.weight", "0.bias", "2.weight", ..."""
     mods = []
     for i in range(depth):
         mods.append(nn.Linear(width, width))
         if i < depth - 1:
-            mods.append(nn.ReLU())
+            mods.append(activation())
     return nn.Sequential(*mods)
+
+
+def mlp_heavy(width=4096, depth=8):
+    return _linear_stack(width, depth, nn.ReLU)
 
 
 def mlp_wide(width=8192, depth=3):
     """A communication-bound model no shipped calibration was fitted on: three 8192-wide layers (805 MB
     of fp32 parameters, each larger than any bucket cap) with GELU, little compute per byte."""
-    mods = []
-    for i in range(depth):
-        mods.append(nn.Linear(width, width))
-        if i < depth - 1:
-            mods.append(nn.GELU())
-    return nn.Sequential(*mods)
+    return _linear_stack(width, depth, nn.GELU)
 
 
 def tiny_mlp():
