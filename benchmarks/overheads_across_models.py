@@ -5,7 +5,7 @@ measure links, not models), the DDP overheads on the plain runs of the other mod
 ``ddpsim calibrate``; ``--caps all`` for every cap), and the held-out model's runs are predicted twice:
 
 * carried: with the other models' fitted overhead terms (ddpsim's default);
-* not carried: the fitted communication terms at their no-effect value, as a calibration fitted with
+* not carried ("fitted models only"): the fitted communication terms at their no-effect value, as a calibration fitted with
   ``--comm-terms-fitted-models-only`` does for a model its overheads were not fitted on
   (``ddpsim.calibration.file.NOT_CARRIED``).
 
@@ -66,14 +66,14 @@ def leave_one_model_out(data_dir: str, caps: list[float] | None) -> None:
         held_runs = [r for r in measured.runs if r["model"] == held]
         classes = {run_class(r) for r in held_runs}
         data = calibrate(measured.samples, train, measured.profiles, caps, classes=classes)
-        without_rule = calibration_from_dict(data, f"<without {held}>")
-        with_rule = calibration_from_dict(_fitted_models_only(data), f"<without {held}, fitted models only>")
+        carried_cal = calibration_from_dict(data, f"<without {held}>")
+        fitted_only = calibration_from_dict(_fitted_models_only(data), f"<without {held}, fitted models only>")
         for run in held_runs:
             link = run_class(run)
             if link not in data["overheads"]:
                 continue
-            a = predict_run(measured, run, without_rule).error_pct
-            b = predict_run(measured, run, with_rule).error_pct
+            a = predict_run(measured, run, carried_cal).error_pct
+            b = predict_run(measured, run, fitted_only).error_pct
             carried[link].append(a)
             not_carried[link].append(b)
             per_model[(link, held)][0].append(a)
@@ -106,16 +106,17 @@ def held_out(data_dir: str, calibration_path: str) -> None:
     measured = load_measurements([data_dir])
     with open(calibration_path) as handle:
         data = json.load(handle)
-    carried_cal = calibration_from_dict(data, calibration_path)
-    shipped = calibration_from_dict(_fitted_models_only(data), f"{calibration_path}, fitted models only")
+    carried = calibration_from_dict(data, calibration_path)
+    fitted_only = calibration_from_dict(_fitted_models_only(data), f"{calibration_path}, fitted models only")
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for run in measured.runs:
         link = run_class(run)
-        fitted_on = shipped.overhead_models(link, int(run["world_size"])) or []
+        fitted_on = carried.overhead_models(link, int(run["world_size"])) or []
         seen = "fitted on" if run["model"] in fitted_on else "other"
+        a, b = predict_run(measured, run, carried).error_pct, predict_run(measured, run, fitted_only).error_pct
         for key in ((link, seen), (link, "all")):
-            groups[key][0].append(predict_run(measured, run, carried_cal).error_pct)
-            groups[key][1].append(predict_run(measured, run, shipped).error_pct)
+            groups[key][0].append(a)
+            groups[key][1].append(b)
     print(f"== {data_dir} predicted by {calibration_path} (every run held out)")
     print(f"{'link class':<10} {'models':<10} {'runs':>4}  {'carried, mean / max':>20}  {'not carried, mean / max':>24}")
     for (link, seen), (a, b) in sorted(groups.items()):

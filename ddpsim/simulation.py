@@ -68,7 +68,8 @@ class Prepared:
 def prepare(scenario: Scenario) -> Prepared:
     """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
     try:
-        # the workload first: a calibration's DDP overheads apply only to the models they were fitted on
+        # the workload first: apply_calibration says when the calibration's overheads were fitted on other
+        # models (and, with its comm_terms_fitted_models_only, leaves their communication terms out)
         workload = load_workload(scenario.workload, scenario.base_dir)
         calibrated = apply_calibration(scenario, workload.name)
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table

@@ -236,3 +236,23 @@ def test_a_report_over_several_campaigns_names_each_runs_campaign(capsys):
     main(["validate", *dirs, "--calibration", os.path.join(ROOT, "validation", "calibration-h200x4.json")])
     out = capsys.readouterr().out
     assert "h100x4-options-2026-11-26d/nvlink_w4_0" in out and "h100x4-options-2026-11-26e/nvlink_w4_0" in out
+
+
+def test_the_fitted_models_only_option_reaches_every_fold_from_the_command_line(tmp_path, monkeypatch):
+    import ddpsim.calibration.validate as validate_module
+
+    plain = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink({"resnet50", "gpt2-124m"}))
+    seen = []
+    real = validate_module.calibrate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("comm_terms_fitted_models_only"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(validate_module, "calibrate", spy)
+    code = main(["validate", plain, "--cross", "model", "--comm-terms-fitted-models-only", "--jobs", "1",
+                 "--out", str(tmp_path / "out")])
+    assert code in (0, 1)  # 1: past the tolerances, a verdict rather than an error
+    assert seen == [True, True]  # one fold per model, each fitted with the option
+    report = (tmp_path / "out" / "validation.md").read_text()
+    assert "kept for the models it was fitted on (--comm-terms-fitted-models-only)" in report

@@ -83,10 +83,12 @@ def test_fitted_models_only_keeps_the_communication_terms_for_the_fitted_model(l
     assert "resnet50, not gpt2-124m" in sources["DDP overheads"]
 
 
-def test_a_calibration_that_does_not_name_its_models_applies_to_every_model(links):
-    calibration = _calibration(links, {"nvlink": {**FITTED, "comm_terms_fitted_models_only": True}})
+def test_a_calibration_that_does_not_name_its_models_applies_to_every_model_without_a_note(links):
+    calibration = _calibration(links, {"nvlink": dict(FITTED)})  # as written before 2026-11-27
     gpt2 = _run("gpt2-124m")
-    assert _step(gpt2, calibration)[0] == pytest.approx(_step(gpt2, _calibration(links, {}), FITTED)[0], rel=1e-9)
+    step, sources = _step(gpt2, calibration)
+    assert step == pytest.approx(_step(gpt2, _calibration(links, {}), FITTED)[0], rel=1e-9)
+    assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
 
 
 def test_the_world_size_entry_names_its_own_models(links):
@@ -104,32 +106,43 @@ def test_a_bad_models_field_is_refused_when_the_file_is_read(links, models):
     assert "overheads.nvlink.models" in str(info.value)
 
 
-def test_a_bad_fitted_models_only_flag_is_refused_when_the_file_is_read(links):
+@pytest.mark.parametrize("entry, field", [
+    ({"comm_terms_fitted_models_only": "yes", "models": ["resnet50"]},
+     "overheads.nvlink.comm_terms_fitted_models_only"),
+    ({"comm_terms_fitted_models_only": True}, "overheads.nvlink.models"),  # the flag could never act
+    ({"models": ["resnet50"], "by_world_size": {"2": {**FITTED, "models": "resnet50"}}},
+     "overheads.nvlink.by_world_size.2.models"),
+    ({"models": ["resnet50"], "by_world_size": {"2": {**FITTED, "models": ["resnet50"],
+                                                      "comm_terms_fitted_models_only": 1}}},
+     "overheads.nvlink.by_world_size.2.comm_terms_fitted_models_only"),
+])
+def test_a_bad_flag_or_models_entry_is_refused_when_the_file_is_read(links, entry, field):
     with pytest.raises(ScenarioError) as info:
-        _calibration(links, {"nvlink": {**FITTED, "comm_terms_fitted_models_only": "yes"}})
-    assert "overheads.nvlink.comm_terms_fitted_models_only" in str(info.value)
+        _calibration(links, {"nvlink": {**FITTED, **entry}})
+    assert field in str(info.value)
 
 
 def test_the_fit_records_the_models_of_its_runs(links):
     calibration = _calibration(links, {})
-    runs = [_run("resnet50", cap) for cap in (5, 50)]
+    runs = [_run(model, cap) for model in ("resnet50", "gpt2-124m") for cap in (5, 50)]
     for run in runs:
         run["step_s_median"] = _step(run, calibration, FITTED)[0]
-    entry = fit_overheads(runs, Profiles.from_paths([PROFILES["resnet50"]]), calibration,
-                          starts=[{}])
-    assert entry["models"] == ["resnet50"]
+    entry = fit_overheads(runs, Profiles.from_paths(list(PROFILES.values())), calibration, starts=[{}])
+    assert entry["models"] == ["gpt2-124m", "resnet50"]  # each once, sorted
 
 
 def test_calibrate_writes_the_flag_into_every_entry_it_fits(links):
     from ddpsim.calibration.calibrate import calibrate
 
     samples = [s for s in read_harness_allreduce(os.path.join(DATA, "allreduce.jsonl")) if s.link_class == "nvlink"]
-    runs = [_run("resnet50", cap) for cap in (5, 50)]
+    runs = [{**_run("resnet50", cap), "world_size": world} for cap in (5, 50) for world in (2, 4)]
     for run in runs:
         run.update(step_s_median=_step(run, _calibration(links, {}), FITTED)[0], variant="none")
     profiles = Profiles.from_paths([PROFILES["resnet50"]])
     data = calibrate(samples, runs, profiles, [5.0, 50.0], comm_terms_fitted_models_only=True)
     entry = data["overheads"]["nvlink"]
-    assert entry["comm_terms_fitted_models_only"] is True and entry["models"] == ["resnet50"]
+    assert set(entry["by_world_size"]) == {"2", "4"}
+    for sub in [entry, *entry["by_world_size"].values()]:
+        assert sub["comm_terms_fitted_models_only"] is True and sub["models"] == ["resnet50"]
     plain = calibrate(samples, runs, profiles, [5.0, 50.0])
     assert "comm_terms_fitted_models_only" not in plain["overheads"]["nvlink"]

@@ -64,9 +64,10 @@ NO_EFFECT: dict[str, Any] = {
 # terms were right and leaving them out was not (shared memory 2.9 -> 9.0%, NVLink 3.2 -> 4.7% mean).
 FITTED_MODELS_ONLY_KEY = "comm_terms_fitted_models_only"
 NOT_CARRIED: tuple[str, ...] = ("allreduce_stretch", "comm_slowdown", "idle_start_wait_s")
-OTHER_MODEL_NOTE = ("a fit's terms carry between models only as far as the models are alike (leave one model "
-                    "out, NVLink: 23.7% mean error with the other models' terms, 8.3% without their "
-                    "communication terms; docs/model.md)")
+OTHER_MODEL_NOTE = ("a fit's terms carry between models only as far as the models are alike: leave one model "
+                    "out, NVLink, 23.7% mean error with the other models' terms and 8.3% without their "
+                    "communication terms (--comm-terms-fitted-models-only), but a held-out communication-bound "
+                    "model 3.2% with them and 4.7% without; docs/model.md")
 
 
 @dataclass(frozen=True)
@@ -376,6 +377,10 @@ def _flag(entry: dict[str, Any], source: str, where: str) -> None:
     value = entry.get(FITTED_MODELS_ONLY_KEY, False)
     if not isinstance(value, bool):
         raise ScenarioError(f"expected true or false, got {value!r}", file=source, field=f"{where}.{FITTED_MODELS_ONLY_KEY}")
+    if value and entry.get("models") is None:
+        # without the list the flag could never act: say so rather than carry every term silently
+        raise ScenarioError(f"{FITTED_MODELS_ONLY_KEY} needs the list of fitted models", file=source,
+                            field=f"{where}.models")
 
 
 def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:

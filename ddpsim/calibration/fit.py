@@ -619,7 +619,8 @@ def fit_overheads(
         "calibration_mape_pct": float(errors.mean()),
         "calibration_max_error_pct": float(errors.max()),
         "calibration_runs": len(runs),
-        # the fitted terms hold for these models only (file.Calibration.overheads_apply_to says why)
+        # the models these terms were fitted on: file.apply_calibration names them for any other model (and,
+        # with comm_terms_fitted_models_only, leaves file.NOT_CARRIED at no effect for it)
         "models": sorted({str(run["model"]) for run in runs}),
         "fitted_terms": names,
         "measured_terms": sorted(fixed),

@@ -107,6 +107,7 @@ class Validation:
     profile_warnings: list[str] = field(default_factory=list)
     launch_drift: list[dict[str, Any]] = field(default_factory=list)
     jitter_from_profile: bool = False  # predictions drew each rank's compute from its profile's step spread
+    comm_terms_fitted_models_only: bool = False  # each fold kept its communication terms for its own models
 
     def held_out(self) -> list[RunRow]:
         return [r for r in self.rows if r.held_out]
@@ -327,6 +328,7 @@ def cross_validate(
     subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
     result = _report(measured, rows, layouts, None, subset, cross, folds,
                      (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
+    result.comm_terms_fitted_models_only = comm_terms_fitted_models_only
     result.jitter_from_profile = jitter_from_profile
     return result
 
@@ -350,7 +352,7 @@ class _FoldJob(NamedTuple):
     idle_start_wait: bool
     jitter_from_profile: bool
     prune_undetermined: bool
-    comm_terms_fitted_models_only: bool = False
+    comm_terms_fitted_models_only: bool
 
 
 def _fold(

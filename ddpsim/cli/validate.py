@@ -281,7 +281,9 @@ def _validation_text(v, table, markdown: bool = False) -> str:
     ]
     if v.cross:
         lines.append(f"Leave-one-{v.cross}-out: each {v.cross}'s runs predicted by a calibration fitted without it "
-                     f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})")
+                     f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})"
+                     + ("; its communication terms kept for the models it was fitted on "
+                        "(--comm-terms-fitted-models-only)" if v.comm_terms_fitted_models_only else ""))
     else:
         lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
     if v.jitter_from_profile:

@@ -86,8 +86,17 @@ class _Null:
         return False
 
 
+def calls_inside(calls, backward_s):
+    """The durations of the calls wholly inside a backward from 0 to ``backward_s`` (start and end of each
+    call in seconds from the backward's start): one that started before it (the backward still queueing)
+    or ended after it ran partly alone. Also whether the calls ran to the backward's end."""
+    inside = [end - start for start, end in calls if start >= 0 and end <= backward_s]
+    return inside, bool(calls) and calls[-1][1] >= backward_s
+
+
 def _backward(spec, model, batch, device):
-    """Forward untimed, then the backward between two markers on the compute stream."""
+    """Zero the gradients, run the forward (untimed) and wait for it: the loss, for the caller to time its
+    backward."""
     for p in model.parameters():
         p.grad = None
     loss = spec.loss(model, batch)
@@ -95,7 +104,7 @@ def _backward(spec, model, batch, device):
     return loss
 
 
-def model_overlap(spec, device, W, sizes=(25 * MiB,), reps=5, warmup=3):
+def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
     """Records of one model: per all-reduce size, backward and all-reduces alone and together."""
     streams = _Streams(device)
     model = spec.build().to(device)
@@ -150,13 +159,11 @@ def model_overlap(spec, device, W, sizes=(25 * MiB,), reps=5, warmup=3):
             b1 = Marker(device).record()
             synchronize(device)
             bwd_busy.append(b1.seconds_since(b0))
-            span_end = b1.seconds_since(b0)
-            # only calls wholly inside the backward: one that started before it (the backward still
-            # queueing) or ended after it ran partly alone
-            ar_busy += [b.seconds_since(a) for a, b in marks
-                        if a.seconds_since(b0) >= 0 and b.seconds_since(b0) <= span_end]
-            outlasted.append(marks[-1][1].seconds_since(b0) >= span_end)
-            started_first.append(marks[0][0].seconds_since(b0) <= 0)
+            calls = [(a.seconds_since(b0), b.seconds_since(b0)) for a, b in marks]
+            inside, ran_through = calls_inside(calls, b1.seconds_since(b0))
+            ar_busy += inside
+            outlasted.append(ran_through)
+            started_first.append(calls[0][0] <= 0)
         del t
         ba, bb, aa = median(bwd_alone), median(bwd_busy), median(ar_alone)
         ab = median(ar_busy) if ar_busy else None

@@ -1380,7 +1380,7 @@ def overlap_bench(a, models, batch_sizes, device, W, fp, shape, launch_id):
             t0 = time.perf_counter()
             try:
                 spec = resolve(name, bs)
-                recs = overlap.model_overlap(spec, device, W, reps=2 if a.quick else 5)
+                recs = overlap.model_overlap(spec, device, reps=2 if a.quick else 5)
                 status = [dict(base, status="ok", **r) for r in recs]
             except Exception:  # noqa: BLE001
                 log("overlap bench FAILED", name, traceback.format_exc()[-800:])
