@@ -33,8 +33,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ddpsim.calibration.calibrate import calibrate, load_measurements
-from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, calibration_from_dict
+from ddpsim.calibration.calibrate import calibrate, keep_comm_terms_for_fitted_models, load_measurements
+from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.calibration.measured_scenarios import run_class
 from ddpsim.calibration.validate import predict_run
 
@@ -43,9 +43,7 @@ def _fitted_models_only(data: dict[str, Any]) -> dict[str, Any]:
     """The same calibration with its communication terms kept for the models they were fitted on."""
     out = json.loads(json.dumps(data))
     for entry in out["overheads"].values():
-        entry[FITTED_MODELS_ONLY_KEY] = True
-        for sub in entry.get("by_world_size", {}).values():
-            sub[FITTED_MODELS_ONLY_KEY] = True
+        keep_comm_terms_for_fitted_models(entry)
     return out
 
 

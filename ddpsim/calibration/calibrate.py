@@ -170,8 +170,7 @@ def calibrate(
             overheads[link_class] = _fit_class(group, profiles, link_fits, measured, idle_start_wait,
                                                prune_undetermined)
             if comm_terms_fitted_models_only:
-                for entry in [overheads[link_class], *overheads[link_class].get("by_world_size", {}).values()]:
-                    entry[FITTED_MODELS_ONLY_KEY] = True
+                keep_comm_terms_for_fitted_models(overheads[link_class])
             if log:
                 log(f"fitted DDP overheads for {link_class} on {len(group)} runs")
     return {
@@ -182,6 +181,13 @@ def calibrate(
         "measured_overheads": _measured_overheads(stretch, compute_slowdowns),
         "calibration_subset": {"bucket_cap_mb": sorted(caps) if caps is not None else "all"},
     }
+
+
+def keep_comm_terms_for_fitted_models(entry: dict[str, Any]) -> None:
+    """Mark a class's fitted overheads (and each world size's) to keep their communication terms for the
+    models they were fitted on (``file.NOT_CARRIED``)."""
+    for sub in [entry, *entry.get("by_world_size", {}).values()]:
+        sub[FITTED_MODELS_ONLY_KEY] = True
 
 
 def _measured_overheads(

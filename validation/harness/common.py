@@ -57,6 +57,24 @@ class Marker:
         return self.t - start.t
 
 
+def hold_stream(device: torch.device, seconds: float):
+    """Hold the current stream for ``seconds`` (GPU spin kernel) so that work queued behind it starts together."""
+    if device.type == "cuda" and seconds > 0:
+        # about 1.7-2 GHz: a spin of N cycles takes N / clock seconds; exactness does not matter
+        torch.cuda._sleep(int(seconds * 1.8e9))
+
+
+def rank0_count(v: int, device: torch.device) -> int:
+    """Rank 0's count for every rank: the number of collectives must be the same everywhere."""
+    import torch.distributed as dist
+
+    if dist.get_world_size() == 1:
+        return int(v)
+    t = torch.tensor([int(v)], dtype=torch.int64, device=device)
+    dist.broadcast(t, 0)
+    return int(t.item())
+
+
 def synchronize(device: torch.device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)

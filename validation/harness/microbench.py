@@ -19,7 +19,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from .common import Marker, median, quantile, synchronize
+from .common import Marker, hold_stream, median, quantile, rank0_count, synchronize
 
 KiB, MiB = 1024, 1024 * 1024
 
@@ -27,22 +27,6 @@ KiB, MiB = 1024, 1024 * 1024
 def _stats_us(xs_s):
     us = [x * 1e6 for x in xs_s]
     return {"median": median(us), "p10": quantile(us, 0.1), "p90": quantile(us, 0.9), "n": len(us)}
-
-
-def _agreed(v: int, device) -> int:
-    """Rank 0's count for every rank: the number of collectives must be the same everywhere."""
-    if dist.get_world_size() == 1:
-        return int(v)
-    t = torch.tensor([int(v)], dtype=torch.int64, device=device)
-    dist.broadcast(t, 0)
-    return int(t.item())
-
-
-def _gate(device, seconds):
-    """Hold the current stream for ``seconds`` (GPU spin kernel) so that work queued behind it starts together."""
-    if device.type == "cuda" and seconds > 0:
-        # about 1.7-2 GHz: a spin of N cycles takes N / clock seconds; exactness does not matter
-        torch.cuda._sleep(int(seconds * 1.8e9))
 
 
 class Kernel:
@@ -113,7 +97,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
             # baseline the 'with kernel' calls must be compared with, since those are queued the same way
             dist.barrier()
             synchronize(device)
-            _gate(device, 0.02)
+            hold_stream(device, 0.02)
             marks = _marked_allreduces(device, t, reps)
             synchronize(device)
             comm_queued = [b.seconds_since(a) for a, b in marks]
@@ -126,7 +110,7 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
             n_kern = min(n_kern, max(10, int(0.06 / max(k_med, 1e-6))), 400)
             dist.barrier()
             synchronize(device)
-            _gate(device, 0.02)
+            hold_stream(device, 0.02)
             gate_ev = torch.cuda.Event() if cuda else None
             if cuda:
                 gate_ev.record()
@@ -144,11 +128,11 @@ def allreduce_overlap(device, W, sizes=(256 * KiB, 4 * MiB, 25 * MiB), kernels=(
 
             # compute under comm: enough all-reduces to outlast reps kernels
             n_comm = max(4, int(2.5 * reps * k_med / max(c_med, 1e-6)) + 2)
-            n_comm = _agreed(min(n_comm, 3000), device)
+            n_comm = rank0_count(min(n_comm, 3000), device)
             dist.barrier()
             synchronize(device)
             enqueue_guess = n_comm * 15e-6  # CPU time to enqueue the all-reduces (~10-15 us each)
-            _gate(device, 0.02 + enqueue_guess)
+            hold_stream(device, 0.02 + enqueue_guess)
             if cuda:
                 gate_ev = torch.cuda.Event()
                 gate_ev.record()

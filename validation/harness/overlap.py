@@ -18,28 +18,17 @@ alternate (A T A T ...) so that a drift of the host's speed falls on both.
 """
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
 import torch.distributed as dist
 
-from .common import Marker, median, synchronize
+from .common import Marker, hold_stream, median, rank0_count, synchronize
 
 MiB = 1024 * 1024
 GATE_BASE_S = 0.03
 ENQUEUE_S_PER_CALL = 30e-6  # CPU time to queue one all-reduce (10-15 us measured), with margin
-
-
-def _gate(device, seconds):
-    if device.type == "cuda" and seconds > 0:
-        torch.cuda._sleep(int(seconds * 1.8e9))  # about 1.7-2 GHz; exactness does not matter
-
-
-def _agreed(v: int, device) -> int:
-    """Rank 0's count for every rank: every rank must call the same number of collectives."""
-    t = torch.tensor([int(v)], dtype=torch.int64, device=device)
-    dist.broadcast(t, 0)
-    return int(t.item())
 
 
 def _agreed_float(v: float, device) -> float:
@@ -60,7 +49,7 @@ class _Streams:
     def start_together(self, gate_s):
         dist.barrier()
         synchronize(self.device)
-        _gate(self.device, gate_s)
+        hold_stream(self.device, gate_s)
         if self.cuda:
             ev = torch.cuda.Event()
             ev.record()
@@ -69,21 +58,13 @@ class _Streams:
     def allreduces(self, t, n):
         """``n`` all-reduces of ``t`` on the side stream: [(start marker, end marker)]."""
         marks = []
-        ctx = torch.cuda.stream(self.side) if self.cuda else _Null()
+        ctx = torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
         with ctx:
             for _ in range(n):
                 a = Marker(self.device).record()
                 dist.all_reduce(t)
                 marks.append((a, Marker(self.device).record()))
         return marks
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def calls_inside(calls, backward_s):
@@ -148,7 +129,7 @@ def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
             if n_calls is None:
                 # enough calls to outlast a backward even if every call runs 4 times slower beside it
                 guess = int(4 * median(bwd_alone) / max(median(ar_alone), 1e-6)) + 4
-                n_calls = _agreed(min(max(guess, 8), 2000), device)
+                n_calls = rank0_count(min(max(guess, 8), 2000), device)
                 gate_s = min(GATE_BASE_S + 1.5 * bwd_wall + n_calls * ENQUEUE_S_PER_CALL, 1.0)
             # together
             loss = _backward(spec, model, batch, device)
