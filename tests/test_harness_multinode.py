@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from validation.harness import campaign, microbench, models, nccl_log, worker  # noqa: E402
+from ddpsim.measure import campaign, microbench, models, nccl_log, runner, worker  # noqa: E402
 
 NCCL_LOG = """\
 host:1:1 [0] NCCL INFO NCCL version 2.28.9+cuda13.0
@@ -41,24 +41,24 @@ def test_nccl_log_parsing():
 
 
 def test_variant_options_are_explicit():
-    assert worker.variant_options("none") == worker.VARIANT_DEFAULTS
-    assert worker.is_default_ddp(worker.variant_options("none"))
-    o = worker.variant_options("gbv+bf16+accum4")
+    assert runner.variant_options("none") == runner.VARIANT_DEFAULTS
+    assert runner.is_default_ddp(runner.variant_options("none"))
+    o = runner.variant_options("gbv+bf16+accum4")
     assert o["gradient_as_bucket_view"] and o["comm_hook"] == "bf16" and o["grad_accumulation_steps"] == 4
-    assert not worker.is_default_ddp(o)
-    assert worker.variant_options("timing")["timing_hook"] and worker.variant_options("timing")["comm_hook"] is None
+    assert not runner.is_default_ddp(o)
+    assert runner.variant_options("timing")["timing_hook"] and runner.variant_options("timing")["comm_hook"] is None
     for bad in ("fp17", "timing+fp16"):
         with pytest.raises(ValueError):
-            worker.variant_options(bad)
+            runner.variant_options(bad)
 
 
 def test_plan_runs_and_reference():
-    plan = worker.plan_runs(["a", "b"], [1, 25], ["none", "fp16"], variant_caps=[25], cap_models=["b"])
+    plan = runner.plan_runs(["a", "b"], [1, 25], ["none", "fp16"], variant_caps=[25], cap_models=["b"])
     assert plan == [("a", None, 25, "none"), ("a", None, 25, "fp16"),
                     ("b", None, 1, "none"), ("b", None, 25, "none"), ("b", None, 25, "fp16")]
-    assert worker.parse_reference("resnet50:25") == ("resnet50", None, 25, "none")
-    assert worker.parse_reference("pkg.mod:fn:5:gbv") == ("pkg.mod:fn", None, 5, "gbv")
-    assert worker.parse_reference("none") is None
+    assert runner.parse_reference("resnet50:25") == ("resnet50", None, 25, "none")
+    assert runner.parse_reference("pkg.mod:fn:5:gbv") == ("pkg.mod:fn", None, 5, "gbv")
+    assert runner.parse_reference("none") is None
 
 
 def test_unseen_models_and_custom_factory():
@@ -67,13 +67,13 @@ def test_unseen_models_and_custom_factory():
     assert len(models.ddp_param_order(models.mlp_ln_64())) == 64 * 4 + 2
     ok, why = models.MODELS["vit-b16"].available()
     assert ok or "torchvision" in why
-    spec = models.resolve("validation.harness.models:example_factory", 5)
-    assert spec.batch_size == 5 and spec.source == "validation.harness.models:example_factory"
+    spec = models.resolve("ddpsim.measure.models:example_factory", 5)
+    assert spec.batch_size == 5 and spec.source == "ddpsim.measure.models:example_factory"
     m1, m2 = spec.build(), spec.build()
     assert m1 is not m2
     loss = spec.loss(m1, spec.make_batch(torch.device("cpu"), seed=1))
-    assert loss.dim() == 0 and models.file_stem(spec.name) == "validation.harness.models_example_factory"
-    with pytest.raises(KeyError):
+    assert loss.dim() == 0 and models.file_stem(spec.name) == "ddpsim.measure.models_example_factory"
+    with pytest.raises(models.ModelArgError, match="unknown model 'no-such-model'"):
         models.resolve("no-such-model")
 
 
@@ -95,16 +95,16 @@ def test_microbench_records_on_cpu(gloo_world1):
 
 def test_custom_model_and_variants_in_one_runner(gloo_world1):
     dev = torch.device("cpu")
-    spec = models.resolve("validation.harness.models:example_factory", 4)
+    spec = models.resolve("ddpsim.measure.models:example_factory", 4)
     for var in ("accum3", "static_graph", "gbv"):
-        r = worker.Runner(spec, 25, var, dev, 1)
+        r = runner.Runner(spec, 25, var, dev, 1)
         r.warmup(3)
         r.measure_round(2, 1, "round", 0, 0.0)
         rec = r.record()
         r.close()
         assert rec["iterations"] == 2 and len(rec["step_wall_times_s"]) == 2 and rec["n_rounds"] == 1
         assert sum(rec["bucket_sizes_bytes"]) == rec["param_bytes"]
-    r = worker.Runner(spec, 25, "find_unused", dev, 1)
+    r = runner.Runner(spec, 25, "find_unused", dev, 1)
     r.warmup(3)
     r.measure_round(2, 0, "round", 0, 0.0)
     rec = r.record()
@@ -133,7 +133,7 @@ def test_two_emulated_nodes_campaign_on_gloo(tmp_path, monkeypatch):
         assert (r["nodes"], r["gpus_per_node"], r["nodes_emulated"]) == (2, 1, True)
         assert r["inter_node_transport"] == "socket" and r["transport"] == "socket" and r["world_size"] == 2
         assert r["nccl_nnodes_verified"] is None  # gloo: NCCL printed nothing
-        for k in worker.VARIANT_DEFAULTS:
+        for k in runner.VARIANT_DEFAULTS:
             assert k in r
         assert r["n_rounds"] >= 2 and len(r["round_medians_s"]) == r["n_rounds"]
         assert len(r["step_times_s"]) == len(r["step_wall_times_s"]) == r["iterations"]
@@ -193,7 +193,7 @@ def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
 
 def test_net_probe_patterns_cross_nodes_only():
     from ddpsim.calibration.netprobe import direction
-    from validation.harness import netprobe
+    from ddpsim.measure import netprobe
 
     for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4), (3, 1), (5, 1), (7, 1), (6, 2)):
         pats = netprobe.patterns(world, g)
@@ -229,7 +229,7 @@ def test_net_probe_in_a_campaign_on_gloo(tmp_path, monkeypatch):
                         "--transports", "nvlink", "--budget-s", "120"])
     assert rc == 0
     recs = [json.loads(x) for x in (out / "netprobe.jsonl").read_text().splitlines()]
-    from validation.harness import netprobe
+    from ddpsim.measure import netprobe
 
     assert [r["pattern"] for r in recs] == [*netprobe.patterns(4, 2), "collective_one_way", "collective_two_way"]
     assert [r["flows"] for r in recs[:-2]] == [[list(f) for f in flows] for flows in netprobe.patterns(4, 2).values()]
@@ -243,7 +243,7 @@ def test_net_probe_rounds_and_repeat_launches_on_gloo(tmp_path, monkeypatch):
     """--net-probe-rounds 3 --repeat 1 --skip-ddp: the sweep launch probes before its sweeps and at its end
     (the round before the DDP runs is left out: no DDP follows it); the repeat launch, with neither sweeps
     nor DDP, probes once. Each round is a full set of patterns with its round number."""
-    from validation.harness import netprobe
+    from ddpsim.measure import netprobe
 
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     out = tmp_path / "camp"

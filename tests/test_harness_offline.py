@@ -7,7 +7,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from validation.harness import campaign, common, models, worker  # noqa: E402
+from ddpsim.measure import campaign, common, models, profile, runner, worker  # noqa: E402
 
 
 def _n(model):
@@ -81,7 +81,7 @@ def test_nccl_tests_writer_parseable():
 
 
 def test_profile_on_cpu():
-    prof = worker.profile_model(models.MODELS["tiny-mlp"], torch.device("cpu"), iters=3, warmup=1)
+    prof = profile.profile_model(models.MODELS["tiny-mlp"], torch.device("cpu"), iters=3, warmup=1)
     assert prof["schema"] == "ddpsim.profile/1"
     assert [p["name"] for p in prof["params"]] == ["0.weight", "0.bias", "2.weight", "2.bias", "4.weight",
                                                    "4.bias"]
@@ -105,7 +105,7 @@ def test_profile_times_steps_without_the_ready_hooks():
         def __getattr__(self, name):
             return loss if name == "loss" else getattr(spec, name)
 
-    prof = worker.profile_model(Spied(), torch.device("cpu"), iters=3, warmup=1)
+    prof = profile.profile_model(Spied(), torch.device("cpu"), iters=3, warmup=1)
     # warm-up, then per cycle: clean, hooked, lead (waits after backward), accumulate
     assert hooked_per_call == [False] + [False, True, False, False] * 3
     assert prof["iterations"] == 3 and prof["backward_s_hooked"] > 0 and 0 < prof["ready_scale"] <= 1
@@ -125,7 +125,7 @@ def test_profile_accumulate_iterations_add_into_existing_grads():
         def __getattr__(self, name):
             return loss if name == "loss" else getattr(spec, name)
 
-    prof = worker.profile_model(Spied(), torch.device("cpu"), iters=2, warmup=2)
+    prof = profile.profile_model(Spied(), torch.device("cpu"), iters=2, warmup=2)
     assert grads_set_per_call == [False, False] + [False, False, False, True] * 2
     assert prof["backward_accumulate_s"] > 0 and prof["forward_accumulate_s"] > 0
     # on the CPU nothing runs asynchronously: the thread never runs ahead of the device
@@ -138,21 +138,21 @@ def test_allreduce_sweep_and_ddp_run_on_gloo(gloo_world1):
     assert [r["bytes"] for r in rows] == [4096, 8192, 16384, 32768, 65536]
     assert all(r["repeats"] >= 3 and r["time_us_median"] > 0 for r in rows)
     spec = models.MODELS["tiny-mlp"]
-    rec = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=3, nosync_steps=2)
+    rec = runner.ddp_run(spec, 25, dev, 1, warmup=3, steps=3, nosync_steps=2)
     assert len(rec["step_times_s"]) == 3 and rec["nosync_step_s_median"] > 0
     assert rec["bucket_sizes_bytes"] == [sum(p.numel() * 4 for p in spec.build().parameters())]
     assert sorted(rec["bucket_param_indices"][0]) == list(range(6))
     assert rec["backward_host_lead_s"] is None
-    rec_lead = worker.ddp_run(spec, 25, dev, 1, warmup=1, steps=2, nosync_steps=0, lead_steps=3)
+    rec_lead = runner.ddp_run(spec, 25, dev, 1, warmup=1, steps=2, nosync_steps=0, lead_steps=3)
     assert rec_lead["backward_host_lead_s"] < 1e-3  # the CPU runs every op before it returns: no lead
-    rec2 = worker.ddp_run(spec, 25, dev, 1, warmup=3, steps=2, nosync_steps=0, comm_hook="timing")
+    rec2 = runner.ddp_run(spec, 25, dev, 1, warmup=3, steps=2, nosync_steps=0, comm_hook="timing")
     pb = rec2["per_bucket"]
     assert pb and pb[0]["index"] == 0 and pb[0]["end_s"] >= pb[0]["launch_s"]
     assert sorted(pb[0]["param_indices"]) == list(range(6))
 
 
 def test_plan_configs_priority():
-    cfg = worker.plan_configs(["a", "b"], [1, 5, 10, 25, 50, 200], 25)
+    cfg = runner.plan_configs(["a", "b"], [1, 5, 10, 25, 50, 200], 25)
     assert cfg[:4] == [("a", 25, None), ("b", 25, None), ("a", 25, "timing"), ("b", 25, "timing")]
     assert len(cfg) == 2 * 7
     assert {c for (_, c, h) in cfg if h is None} == {1, 5, 10, 25, 50, 200}
@@ -232,13 +232,13 @@ def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, mo
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    class Flaky(worker.Runner):
+    class Flaky(runner.Runner):
         def __init__(self, spec, cap, *args, **kwargs):
             if cap == 5:
                 raise RuntimeError("CUDA out of memory (simulated)")
             super().__init__(spec, cap, *args, **kwargs)
 
-    monkeypatch.setattr(worker, "Runner", Flaky)
+    monkeypatch.setattr(runner, "Runner", Flaky)
     out = tmp_path / "launch"
     argv = ["--mode", "sweep", "--out", str(out), "--transport", "socket", "--models", "tiny-mlp",
             "--caps", "1,5,25", "--no-timing-run", "--skip-allreduce", "--warmup", "2", "--steps", "2",
@@ -254,7 +254,7 @@ def test_a_failing_configuration_is_recorded_and_the_launch_goes_on(tmp_path, mo
 
 def test_ddp_world1_times_the_reducer_on_one_rank():
     # the profile launch's world-size-1 DDP: the reducer's per-rank work, timed plain and as bucket views
-    rows = worker.ddp_world1(models.MODELS["tiny-mlp"], torch.device("cpu"), [25], steps=3, warmup=1)
+    rows = profile.ddp_world1(models.MODELS["tiny-mlp"], torch.device("cpu"), [25], steps=3, warmup=1)
     assert [(r["bucket_cap_mb"], r["variant"]) for r in rows] == [(25, v) for v in ("none", "gbv", "fp16", "bf16")]
     ok = [r for r in rows if r["status"] == "ok"]
     assert [r["variant"] for r in ok] == ["none", "gbv", "fp16"] and all(r["step_s"] > 0 and r["steps"] == 3 for r in ok)
@@ -273,7 +273,7 @@ def _two_rank_record(rank, port, out_path):
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        r = worker.Runner(models.MODELS["tiny-mlp"], 25, "none", torch.device("cpu"), 2)
+        r = runner.Runner(models.MODELS["tiny-mlp"], 25, "none", torch.device("cpu"), 2)
         r.warmup(2)
         r.measure_round(3, 0, "round", 0, 0.0)
         r.measure_nosync(2)
@@ -322,12 +322,12 @@ def test_the_slowest_rank_profile_is_kept_with_every_rank_beside_it():
     profiles = [{"status": "ok", "step_s": 0.030, "forward_s": 0.01, "backward_s": 0.015, "optimizer_s": 0.005},
                 {"status": "failed", "error": "CUDA error"},
                 {"status": "ok", "step_s": 0.041, "forward_s": 0.012, "backward_s": 0.024, "optimizer_s": 0.005}]
-    chosen = worker.slowest_rank_profile(profiles)
+    chosen = profile.slowest_rank_profile(profiles)
     assert chosen["step_s"] == 0.041 and chosen["concurrent"]["profiled_rank"] == 2
     assert chosen["concurrent"]["ranks"] == 3
     assert [r["step_s"] for r in chosen["concurrent"]["per_rank"]] == [0.030, None, 0.041]
     assert "concurrent" not in profiles[2]  # the rank's own profile is left as measured
-    assert worker.slowest_rank_profile([{"status": "failed"}]) is None
+    assert profile.slowest_rank_profile([{"status": "failed"}]) is None
 
 
 def test_the_profile_launch_runs_every_gpu_at_once(tmp_path, monkeypatch):
@@ -355,7 +355,7 @@ def _hook_on_own_group(rank, port, out_path):
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
         own = [dist.new_group([r]) for r in range(2)][rank]
-        r = worker.Runner(models.MODELS["tiny-mlp"], 25, "fp16", torch.device("cpu"), 1, group=own)
+        r = runner.Runner(models.MODELS["tiny-mlp"], 25, "fp16", torch.device("cpu"), 1, group=own)
         r.opt.zero_grad(set_to_none=True)
         r.spec.loss(r.ddp, r.batch).backward()
         ddp_grads = [p.grad.clone() for p in r.model.parameters()]
@@ -377,7 +377,7 @@ def test_a_world1_hook_all_reduces_on_its_own_group(free_port, tmp_path):
 
 
 def test_the_overlap_bench_records_both_sides_on_gloo(gloo_world1):
-    from validation.harness import overlap
+    from ddpsim.measure import overlap
 
     spec = models.MODELS["tiny-mlp"]
     (rec,) = overlap.model_overlap(spec, torch.device("cpu"), reps=2, warmup=1)
@@ -390,7 +390,7 @@ def test_the_overlap_bench_records_both_sides_on_gloo(gloo_world1):
 
 
 def test_the_overlap_bench_counts_only_calls_wholly_inside_the_backward():
-    from validation.harness.overlap import calls_inside
+    from ddpsim.measure.overlap import calls_inside
 
     # a backward from 0 to 10 ms; calls written out by hand: one before it, three inside, one across its end
     calls = [(-0.002, 0.001), (0.001, 0.004), (0.004, 0.007), (0.007, 0.0095), (0.0095, 0.012)]

@@ -98,10 +98,10 @@ def test_resolve_imports_from_the_scenario_folder(tmp_path):
 ])
 def test_importing_the_harness_models_agrees_with_the_zoo(factory, zoo_name, batch, precision, seq):
     """Two independent descriptions of the same model: identical parameters and FLOPs, close bytes."""
-    pytest.importorskip("validation.harness.models")
+    pytest.importorskip("ddpsim.measure.models")
     from ddpsim.workload.zoo import zoo_workload
 
-    imported = import_torch_model(f"validation.harness.models:{factory}", batch, precision, seq)
+    imported = import_torch_model(f"ddpsim.measure.models:{factory}", batch, precision, seq)
     zoo = zoo_workload(zoo_name, batch, precision, seq)
     assert [(p.name, p.numel) for p in imported.params] == [(p.name, p.numel) for p in zoo.params]
     for attr in ("forward_flops", "backward_flops"):

@@ -230,7 +230,7 @@ def test_llama_7b_matches_hf_layout_on_meta():
 
 
 def test_mlp_heavy_matches_the_validation_harness():
-    harness = pytest.importorskip("validation.harness.models")
+    harness = pytest.importorskip("ddpsim.measure.models")
     expected = ddp_order(harness.mlp_heavy())
     assert zoo_order("mlp-heavy") == expected
     assert [n for n, _ in expected[:3]] == ["0.weight", "0.bias", "2.weight"]
@@ -239,7 +239,7 @@ def test_mlp_heavy_matches_the_validation_harness():
 
 
 def test_harness_gpt_and_resnet_share_the_zoo_layout():
-    harness = pytest.importorskip("validation.harness.models")
+    harness = pytest.importorskip("ddpsim.measure.models")
     with torch.device("meta"):
         assert zoo_order("gpt2-124m") == ddp_order(harness.gpt2_124m())
         assert zoo_order("resnet50") == ddp_order(harness.resnet50())

@@ -16,7 +16,6 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn
 
-from ddpsim.cli import plan, run, validate
 from ddpsim.errors import ScenarioError
 
 EXIT_OK = 0
@@ -50,8 +49,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpsim", description="Predict PyTorch DDP step time on a cluster.")
     parser.add_argument("--version", action="version", version=f"ddpsim {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
+    from ddpsim.cli import plan, run, validate
+
     for module in (run, plan, validate):
         module.register(sub)
+    # listed here; main() hands it over before this parser is built (it needs torch, not the simulator)
+    sub.add_parser("measure", add_help=False,
+                   help="measure a GPU host (all-reduce sweeps, your models' DDP steps) for calibrate/validate")
     return parser
 
 
@@ -108,9 +112,14 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["measure"]:
+        from ddpsim.measure.cli import main as measure
+
+        return measure(args_in[1:])
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(args_in)
     except SystemExit as exc:  # --help, --version (0) and usage errors (2, already printed)
         return int(exc.code or 0)
     try:

@@ -1,4 +1,4 @@
-"""Measured profiles (``ddpsim.profile/1``, written by ``validation/harness/worker.py``) as Workloads.
+"""Measured profiles (``ddpsim.profile/1``, written by ``ddpsim/measure/worker.py``) as Workloads.
 
 A profile is one GPU's measured step: forward, backward, optimizer seconds and, per parameter in
 registration order, when its gradient became ready and in which order the hooks fired. Those

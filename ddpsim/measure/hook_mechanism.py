@@ -2,7 +2,7 @@
 
 torch + Python standard library only.  Launch on one host:
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N -m validation.harness.hook_mechanism --out DIR
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N -m ddpsim.measure.hook_mechanism --out DIR
 
 For each model (default resnet50, gpt2-124m, mlp-ln-64: the harness's definitions in models.py) at
 bucket_cap_mb=25 every variant below is built as its own DDP instance and measured in two interleaved
@@ -46,7 +46,7 @@ from collections import defaultdict
 import torch
 import torch.distributed as dist
 
-from validation.harness.common import (
+from ddpsim.measure.common import (
     Marker,
     append_jsonl,
     fingerprint,
@@ -55,7 +55,7 @@ from validation.harness.common import (
     synchronize,
     write_json,
 )
-from validation.harness.models import ddp_param_order, resolve
+from ddpsim.measure.models import ddp_param_order, resolve
 
 MiB = 1024 * 1024
 VARIANTS = ("none", "cpp_allreduce", "py_noop", "py_allreduce", "py_allreduce_sleep100", "cast_fp32wire",
@@ -157,8 +157,7 @@ class Run:
 
         self.spec, self.variant, self.device = spec, variant, device
         torch.manual_seed(0)
-        with torch.device(device):
-            model = spec.build()
+        model = spec.build_on(device)
         model.train()
         self.n_params = len(ddp_param_order(model))
         kw = {"device_ids": [device.index]} if device.type == "cuda" else {}

@@ -1,6 +1,6 @@
 """Campaign driver (plain python, NOT under torchrun).
 
-For each (shape, transport) it launches ONE ``torchrun --standalone -m validation.harness.worker``
+For each (shape, transport) it launches ONE ``torchrun --standalone -m ddpsim.measure.worker``
 subprocess with the transport's NCCL environment, plus one world-size-1 profile launch and optionally one
 micro-benchmark launch.  A shape NxG (nodes x GPUs per node) with N > 1 emulates N nodes on this host
 (worker --gpus-per-node G: own NCCL_HOSTID per group; NCCL_NET=Socket NCCL_IB_DISABLE=1 between groups).
@@ -8,7 +8,7 @@ Each launch gets a time budget; a launch that hangs is killed (process group) an
 Configurations a launch never reached are recorded as ``status: "failed"``.  After every launch everything
 is packed into DIR/campaign.tar.gz (and optionally a copy elsewhere, --pack-to).
 
-    python -m validation.harness.campaign --out DIR [--fresh] [--quick] [--shapes 1x4,2x2,4x1 | --world-sizes 2,4]
+    python -m ddpsim.measure.campaign --out DIR [--fresh] [--quick] [--shapes 1x4,2x2,4x1 | --world-sizes 2,4]
         [--transports nvlink,shm,socket] [--algos default,ring,tree] [--models ...] [--caps 1,5,25,100]
         [--variants none,gbv,fp16,bf16,accum4,find_unused,static_graph] [--rounds 2 --steps 30]
         [--microbench] [--budget-s 480] [--repeat 1 --repeat-caps 25]
@@ -191,14 +191,14 @@ def pack(out, extra=None):
 
 def expected_configs(models, caps, timing_cap):
     """The pre-interleaving plan (kept for callers of the old API)."""
-    from .worker import plan_configs
+    from .runner import plan_configs
     return plan_configs(models, caps, timing_cap)
 
 
 def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, reference, cap_models=None):
     """(model, batch_size, cap, variant) a launch should write, batch sizes resolved."""
     from .models import resolve
-    from .worker import plan_runs
+    from .runner import plan_runs
 
     keys = plan_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, cap_models)
     if reference is not None and reference not in keys:
@@ -213,11 +213,26 @@ def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap,
     return out
 
 
+def done_launches(out):
+    """(kind, transport, world size, nodes) of the launches in DIR/launches.jsonl that ended ok."""
+    return {(r.get("kind"), r.get("transport"), r.get("world_size"), r.get("nodes"))
+            for r in read_jsonl(os.path.join(out, "launches.jsonl")) if r.get("status") == "ok"}
+
+
+def _what(kind, transport, nodes, gpus_per_node):
+    world = nodes * gpus_per_node
+    if kind == "profile":
+        return f"world-size-1 profiles ({world} GPU{'s' if world > 1 else ''} at once)"
+    shape = f"{nodes} emulated nodes x {gpus_per_node} GPUs" if nodes > 1 else f"{world} GPUs"
+    return {"sweep": "all-reduce sweeps and DDP runs", "repeat": "repeat DDP runs",
+            "microbench": "micro-benchmarks"}.get(kind, kind) + f" over {transport}, {shape}"
+
+
 def record_missing(out, launch_id, base, keys, why):
     """Configurations a launch never wrote: record them as failed."""
     have = {(r.get("model"), r.get("batch_size"), str(r.get("bucket_cap_mb")), r.get("variant", "none"))
             for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl")) if r.get("launch_id") == launch_id}
-    from .worker import is_default_ddp, variant_options
+    from .runner import is_default_ddp, variant_options
 
     n = 0
     for (m, bs, cap, var) in keys:
@@ -344,6 +359,8 @@ def main(argv=None):
                     help="probe rounds per multi-node launch (worker --net-probe-rounds)")
     ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
     ap.add_argument("--cpu-slots", type=int, default=0, help="dry run: pretend N devices, run on CPU with gloo")
+    ap.add_argument("--resume", action="store_true",
+                    help="DIR holds an earlier run of this plan: skip the launches that ended ok, rerun the rest")
     ap.add_argument("--pack-to", default=None, help="also copy the tarball here after every launch")
     a = ap.parse_args(argv)
 
@@ -353,16 +370,19 @@ def main(argv=None):
         print("[campaign] --fresh and --repeat-only contradict (--repeat-only appends to DIR's results)",
               file=sys.stderr, flush=True)
         return 2
+    if a.fresh and a.resume:
+        print("[campaign] --fresh and --resume contradict (--resume keeps DIR's results)", file=sys.stderr, flush=True)
+        return 2
     old = existing_results(out) if os.path.isdir(out) else []
     if old and a.fresh:
         remove_results(old)
         print(f"[campaign] --fresh: removed {len(old)} earlier result path(s) from {out}", flush=True)
-    elif old and not a.repeat_only:
+    elif old and not a.repeat_only and not a.resume:
         print(f"[campaign] {out} already holds results ({', '.join(os.path.basename(p) for p in old)}): "
               "pass --fresh to delete them first, or use another --out", file=sys.stderr, flush=True)
         return 2
     os.makedirs(out, exist_ok=True)
-    from .worker import _cap_value, _parse_list, parse_reference
+    from .runner import cap_value, parse_list, parse_reference
 
     gpus = gpu_list(a.cpu_slots)
     if a.shapes:
@@ -376,11 +396,11 @@ def main(argv=None):
     transports = [t for t in a.transports.split(",") if t]
     caps = a.caps or ("5,25" if a.quick else "1,5,10,25,50,200")
     models = [m for m in a.models.split(",") if m]
-    timing_cap = None if a.timing_cap in ("none", "") else _cap_value(a.timing_cap)
-    caps_l = [_cap_value(c) for c in caps.split(",")]
+    timing_cap = None if a.timing_cap in ("none", "") else cap_value(a.timing_cap)
+    caps_l = [cap_value(c) for c in caps.split(",")]
     variants = [v for v in a.variants.split(",") if v]
-    batch_sizes = _parse_list(a.batch_sizes)
-    variant_caps = _parse_list(a.variant_caps, _cap_value)
+    batch_sizes = parse_list(a.batch_sizes)
+    variant_caps = parse_list(a.variant_caps, cap_value)
     cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
     steps = a.steps or (3 if a.quick else 30)
     net_steps = a.net_steps or steps
@@ -419,13 +439,18 @@ def main(argv=None):
         json.dump({"argv": sys.argv, "args": vars(a), "gpus": gpus, "launches": [x[:4] for x in launches]}, f,
                   indent=1)
 
-    mod_prefix = __package__ or "validation.harness"
+    mod_prefix = __package__ or "ddpsim.measure"
     worker_mod = mod_prefix + ".worker"
     common_args = ["--models", a.models, "--round-warmup", str(a.round_warmup), "--max-live", str(a.max_live)]
     if a.batch_sizes:
         common_args += ["--batch-sizes", a.batch_sizes]
+    done = done_launches(out) if a.resume else set()
     for i, (kind, tr, (N, G), n, wgt) in enumerate(launches):
         W = N * G
+        if (kind, tr, W, N) in done:
+            print(f"[campaign] [{i + 1}/{len(launches)}] {kind} {tr} {N}x{G}: done in an earlier run, skipped",
+                  flush=True)
+            continue
         remaining = a.budget_s - (time.time() - t0)
         budget = launch_budget_s(kind, remaining, wgt, sum(x[4] for x in launches[i:]), len(models))
         net = tr == "socket" or N > 1
@@ -442,7 +467,7 @@ def main(argv=None):
                                      cap_models)
             else:
                 run_caps, run_variants, run_ref = a.repeat_caps, "none", reference
-                keys = expected_runs(models, [_cap_value(c) for c in a.repeat_caps.split(",")], ["none"],
+                keys = expected_runs(models, [cap_value(c) for c in a.repeat_caps.split(",")], ["none"],
                                      batch_sizes, None, None, reference)
             miss_base = {"world_size": W, "transport": tr, "nodes": N, "gpus_per_node": G,
                          "nodes_emulated": N > 1,
@@ -508,8 +533,9 @@ def main(argv=None):
             if a.quick:
                 cmd += ["--quick", "--warmup", "3"]
             env = launch_env(tr, gpus[:W], N, nccl_debug=not a.no_nccl_debug and not a.cpu_slots)
-        print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} budget {budget:5.0f}s  "
-              f"{' '.join(cmd[2:])}", flush=True)
+        print(f"[campaign] [{i + 1}/{len(launches)}] {_what(kind, tr, N, G)}: launch {lid}, up to {budget:.0f} s; "
+              f"{time.time() - t0:.0f} s gone, {remaining:.0f} s of the budget left", flush=True)
+        print(f"[campaign]     {' '.join(cmd[2:])}", flush=True)
         status, rc, wall = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
         logtail = tail(os.path.join(out, "logs", lid + ".log"))
         append_jsonl(os.path.join(out, "launches.jsonl"), {

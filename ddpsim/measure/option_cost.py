@@ -18,8 +18,8 @@ CPU, NCCL on one GPU. Every mechanism below is read in PyTorch's source (torch/n
 * fixed (find_unused): ``all_reduce_local_used_map`` after the last bucket (pinned temporary, H2D
   copy, one all-reduce of 4 bytes per parameter) and ``local_used_map_.fill_(0)``: the intercept.
 
-Usage:  python -m validation.harness.option_cost --device cpu --out FILE.json
-        python -m validation.harness.option_cost --device cuda --models resnet50,... --steps 40 --out FILE.json
+Usage:  python -m ddpsim.measure.option_cost --device cpu --out FILE.json
+        python -m ddpsim.measure.option_cost --device cuda --models resnet50,... --steps 40 --out FILE.json
 On cuda it also times real training steps of the harness models (variants none, find_unused,
 static_graph interleaved step by step, CUDA events for the GPU step and perf_counter for the host).
 """
@@ -38,7 +38,7 @@ import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from validation.harness.models import MODELS
+from ddpsim.measure.models import MODELS
 
 VARIANTS = {"none": {}, "find_unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True}}
 
@@ -111,7 +111,7 @@ def model_graph(name: str, device: str, batch: int | None, repeats: int) -> dict
         from dataclasses import replace
         spec = replace(spec, batch_size=batch)
     torch.manual_seed(0)
-    model = spec.build().to(device)
+    model = spec.build_on(device)
     ddp = DDP(model, find_unused_parameters=True)
     x, _ = spec.make_batch(device)
     if spec.precision == "bf16-amp":
@@ -209,7 +209,7 @@ def step_timings(name: str, device: str, steps: int) -> dict:
     runs = {}
     for v, kw in VARIANTS.items():
         torch.manual_seed(0)
-        model = spec.build().to(device)
+        model = spec.build_on(device)
         ddp = DDP(model, **kw)
         runs[v] = (ddp, spec.make_optimizer(ddp.parameters()))
     batch = spec.make_batch(device)

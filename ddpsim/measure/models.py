@@ -8,7 +8,8 @@ Besides the built-in names, ``resolve("package.module:factory")`` accepts any mo
 returns ``(model, make_batch)`` or ``(model, make_batch, loss_fn)`` where ``make_batch(batch_size,
 device, seed)`` returns the batch and ``loss_fn(model, batch)`` the scalar loss (default: for a batch
 ``(x, y)`` cross-entropy of ``model(x)`` against an integer ``y``, MSE against a float ``y``; for any
-other batch ``model(batch).float().pow(2).mean()``).  Such models train in fp32 with SGD.
+other batch ``model(batch).float().pow(2).mean()``).  Such models train in fp32 with SGD at batch 8 unless
+the argument says otherwise: ``package.module:factory@batch=16@precision=bf16@optimizer=adamw``.
 """
 from __future__ import annotations
 
@@ -246,6 +247,44 @@ def mlp_ln_64(width=1024, depth=64):
 
 
 # ----------------------------------------------------------------------------- specs
+PRECISIONS = {"fp32": "fp32", "bf16": "bf16-amp", "bf16-amp": "bf16-amp"}
+OPTIMIZERS = ("sgd", "adamw")
+# the options a model argument may carry after its name: ``name@batch=16@precision=bf16@optimizer=adamw``
+MODEL_OPTIONS = ("batch", "precision", "optimizer", "seq")
+
+
+class ModelArgError(ValueError):
+    """A model argument that cannot be used; the message names the argument and what was expected."""
+
+
+def parse_model_arg(text: str) -> tuple[str, dict[str, str]]:
+    """``name@key=value@key=value`` -> (name, {key: value}); the keys are MODEL_OPTIONS."""
+    name, *opts = text.strip().split("@")
+    if not name:
+        raise ModelArgError(f"model {text!r}: no name before '@'")
+    options: dict[str, str] = {}
+    for opt in opts:
+        key, sep, value = opt.partition("=")
+        if not sep or key not in MODEL_OPTIONS or not value:
+            raise ModelArgError(f"model {text!r}: option {opt!r} is not one of "
+                                f"{', '.join(k + '=...' for k in MODEL_OPTIONS)}")
+        if key in options:
+            raise ModelArgError(f"model {text!r}: option {key!r} given twice")
+        options[key] = value
+    return name, options
+
+
+def parameters_off_device(model: nn.Module, device) -> list[str]:
+    """Names of the parameters and buffers of ``model`` that are not on ``device`` (empty: all there)."""
+    want = torch.device(device)
+
+    def off(t):
+        return t.device.type != want.type or (want.index is not None and t.device.index != want.index)
+
+    names = [n for n, p in model.named_parameters() if off(p)]
+    return names + [n for n, b in model.named_buffers() if off(b)]
+
+
 @dataclass
 class ModelSpec:
     name: str
@@ -254,7 +293,7 @@ class ModelSpec:
     precision: str  # "fp32" | "bf16-amp"
     seq_len: int | None
     optimizer: str  # "sgd" | "adamw"
-    kind: str  # "cnn" | "gpt" | "mlm" | "mlp" | "custom"
+    kind: str  # "cnn" | "gpt" | "mlm" | "mlp" | "custom" | "hf"
     in_shape: tuple = ()
     num_classes: int = 0
     vocab: int = 0
@@ -272,6 +311,26 @@ class ModelSpec:
                 return False, f"{self.requires} not importable: {e!r}"
         return True, None
 
+    def build_on(self, device) -> nn.Module:
+        """A fresh model whose every parameter and buffer lives on ``device``.
+
+        A factory may ignore the device context and build on the CPU: the model is moved. One whose
+        tensors cannot be moved (built on the meta device) is refused here, naming the model, instead
+        of failing later inside DDP or the first forward with a device mismatch."""
+        with torch.device(device):
+            model = self.build()
+        if parameters_off_device(model, device):
+            try:
+                model = model.to(device)
+            except (NotImplementedError, RuntimeError) as e:
+                raise RuntimeError(f"model {self.name}: its parameters cannot be moved to {device} ({e}); "
+                                   "the factory must build real tensors (not on the meta device)") from e
+        off = parameters_off_device(model, device)
+        if off:
+            raise RuntimeError(f"model {self.name}: {len(off):d} parameters/buffers are not on {device} after "
+                               f"moving it there (first: {off[0]})")
+        return model
+
     def make_batch(self, device, seed=1234):
         if self.batch_fn is not None:
             return self.batch_fn(self.batch_size, device, seed)
@@ -288,10 +347,13 @@ class ModelSpec:
         return x, y
 
     def loss(self, model, batch):
-        if self.loss_fn is not None:
-            return self.loss_fn(model, batch)
         if self.source != "builtin":
-            return default_custom_loss(model, batch)
+            # a user's model: its loss (or the default one), under bf16 autocast when asked for
+            fn = self.loss_fn or default_custom_loss
+            if self.precision == "bf16-amp":
+                with torch.autocast(device_type=_batch_device_type(batch), dtype=torch.bfloat16):
+                    return fn(model, batch).float()
+            return fn(model, batch)
         x, y = batch
         if self.precision == "bf16-amp":
             dev_type = x.device.type
@@ -307,6 +369,16 @@ class ModelSpec:
         return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
+def _batch_device_type(batch) -> str:
+    if isinstance(batch, torch.Tensor):
+        return batch.device.type
+    if isinstance(batch, dict):
+        return _batch_device_type(next(iter(batch.values())))
+    if isinstance(batch, (tuple, list)) and batch:
+        return _batch_device_type(batch[0])
+    return "cpu"
+
+
 def default_custom_loss(model, batch):
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
@@ -314,6 +386,8 @@ def default_custom_loss(model, batch):
         if not torch.is_floating_point(y):
             return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
         return F.mse_loss(out.float(), y.float())
+    if isinstance(batch, dict):
+        return model(**batch).float().pow(2).mean()
     return model(batch).float().pow(2).mean()
 
 
@@ -332,30 +406,90 @@ MODELS = {
 }
 
 
+class _Factory:
+    """A user's ``module:factory``: every build() calls it again (one fresh model per DDP instance), so
+    the model is created inside the caller's device context; its batch and loss functions come from the
+    first call."""
+
+    def __init__(self, target: str):
+        mod_name, _, fn_name = target.partition(":")
+        try:
+            module = importlib.import_module(mod_name)
+        except ImportError as e:
+            raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import ({e})") from e
+        self.target = target
+        self.factory = getattr(module, fn_name, None)
+        if not callable(self.factory):
+            raise ModelArgError(f"model {target!r}: {mod_name!r} has no callable {fn_name!r}")
+        self.batch_fn: Callable | None = None
+        self.loss_fn: Callable | None = None
+
+    def _call(self):
+        made = self.factory()
+        if not isinstance(made, (tuple, list)) or len(made) not in (2, 3) or not isinstance(made[0], nn.Module):
+            raise ModelArgError(f"model {self.target!r}: factory() must return (model, make_batch) or "
+                                "(model, make_batch, loss_fn)")
+        if self.batch_fn is None:
+            self.batch_fn = made[1]
+            self.loss_fn = made[2] if len(made) > 2 else None
+        return made[0]
+
+    def build(self) -> nn.Module:
+        return self._call()
+
+    def make_batch(self, batch_size, device, seed):
+        if self.batch_fn is None:
+            self._call()  # a batch asked for before any model: learn the batch function first
+        return self.batch_fn(batch_size, device, seed)
+
+    def loss(self, model, batch):
+        if self.batch_fn is None:
+            self._call()
+        return (self.loss_fn or default_custom_loss)(model, batch)
+
+
 def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
-    """A built-in name or ``module:factory`` -> ModelSpec (batch_size overrides the default)."""
-    if name in MODELS:
-        spec = MODELS[name]
-    elif ":" in name:
-        mod_name, fn_name = name.split(":", 1)
-        factory = getattr(importlib.import_module(mod_name), fn_name)
-        first = factory()
-        make_batch = first[1]
-        loss_fn = first[2] if len(first) > 2 else None
-        # build() must give a fresh model for every DDP instance: call the factory again after the first
-        cache = {"model": first[0]}
+    """A model argument -> ModelSpec.
 
-        def build():
-            m = cache.pop("model", None)
-            return m if m is not None else factory()[0]
+    ``name`` is a built-in name, ``module:factory``, or ``hf:CONFIG`` (a Hugging Face model built from its
+    config, no weights: see hf.py), optionally followed by ``@batch=B``, ``@precision=fp32|bf16``,
+    ``@optimizer=sgd|adamw`` and (hf) ``@seq=S``. ``batch_size`` (the old --batch-sizes) overrides ``@batch``.
+    The spec keeps the whole argument as its name: records and profile files carry it as given."""
+    base, opts = parse_model_arg(name)
+    if base in MODELS:
+        spec = replace(MODELS[base], name=name)
+    elif base.startswith("hf:"):
+        from .hf import hf_spec
 
-        spec = ModelSpec(name, build, 8, "fp32", None, "sgd", "custom", batch_fn=make_batch, loss_fn=loss_fn,
-                         source=name)
+        spec = hf_spec(name, base[3:], opts)
+    elif ":" in base:
+        fac = _Factory(base)
+        spec = ModelSpec(name, fac.build, 8, "fp32", None, "sgd", "custom", batch_fn=fac.make_batch,
+                         loss_fn=fac.loss, source=base)
     else:
-        raise KeyError(f"unknown model {name!r} (built-in: {', '.join(MODELS)}; or module:factory)")
-    if batch_size is not None and batch_size != spec.batch_size:
-        spec = replace(spec, batch_size=int(batch_size))
-    return spec
+        raise ModelArgError(f"unknown model {name!r} (built-in: {', '.join(MODELS)}; or module:factory, hf:CONFIG)")
+    changes: dict = {}
+    if "batch" in opts:
+        if not opts["batch"].isdigit() or int(opts["batch"]) < 1:
+            raise ModelArgError(f"model {name!r}: batch must be a positive integer, got {opts['batch']!r}")
+        changes["batch_size"] = int(opts["batch"])
+    if "precision" in opts:
+        if opts["precision"] not in PRECISIONS:
+            raise ModelArgError(f"model {name!r}: precision must be fp32 or bf16, got {opts['precision']!r}")
+        changes["precision"] = PRECISIONS[opts["precision"]]
+    if "optimizer" in opts:
+        if opts["optimizer"] not in OPTIMIZERS:
+            raise ModelArgError(f"model {name!r}: optimizer must be sgd or adamw, got {opts['optimizer']!r}")
+        changes["optimizer"] = opts["optimizer"]
+    if "seq" in opts and spec.kind not in ("hf", "gpt", "mlm"):
+        raise ModelArgError(f"model {name!r}: seq applies to sequence models only")
+    if "seq" in opts and spec.kind != "hf":  # hf_spec reads it itself
+        if not opts["seq"].isdigit() or int(opts["seq"]) < 1:
+            raise ModelArgError(f"model {name!r}: seq must be a positive integer, got {opts['seq']!r}")
+        changes["seq_len"] = int(opts["seq"])
+    if batch_size is not None:
+        changes["batch_size"] = int(batch_size)
+    return replace(spec, **changes) if changes else spec
 
 
 def file_stem(name: str, batch_size: int | None = None, default_bs: int | None = None) -> str:
@@ -385,7 +519,7 @@ def buffers_bytes(model: nn.Module) -> int:
 
 
 def example_factory():
-    """The ``module:factory`` convention, as used by tests: ``--models validation.harness.models:example_factory``."""
+    """The ``module:factory`` convention, as used by tests: ``--models ddpsim.measure.models:example_factory``."""
 
     def make_batch(batch_size, device, seed):
         g = torch.Generator(device="cpu").manual_seed(seed)

@@ -88,7 +88,7 @@ def _backward(spec, model, batch, device):
 def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
     """Records of one model: per all-reduce size, backward and all-reduces alone and together."""
     streams = _Streams(device)
-    model = spec.build().to(device)
+    model = spec.build_on(device)
     batch = spec.make_batch(device)
     backward_wall = []
     for _ in range(warmup):

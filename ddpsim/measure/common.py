@@ -9,6 +9,7 @@ import subprocess
 import time
 
 import torch
+import torch.distributed as dist
 
 
 # ----------------------------------------------------------------------------- statistics
@@ -228,3 +229,56 @@ def parse_nccl_tests_text(text: str) -> list[dict]:
         rows.append({"bytes": int(f[0]), "count": int(f[1]), "type": f[2], "redop": f[3],
                      "time_us": float(f[5]), "algbw": float(f[6]), "busbw": float(f[7])})
     return rows
+
+
+# ----------------------------------------------------------------------------- shared by the worker modes
+def log(*a):
+    print(f"[worker r{os.environ.get('RANK', '0')} {time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def stats3(xs):
+    return median(xs), quantile(xs, 0.1), quantile(xs, 0.9)
+
+
+def get_device(local_rank: int) -> torch.device:
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        return torch.device("cuda", local_rank)
+    return torch.device("cpu")
+
+
+def bcast_int(v: int, device) -> int:
+    """Rank 0's value, agreed by all ranks (keeps collective counts identical)."""
+    if not (dist.is_initialized() and dist.get_world_size() > 1):
+        return int(v)
+    t = torch.tensor([int(v)], dtype=torch.int64, device=device)
+    dist.broadcast(t, 0)
+    return int(t.item())
+
+
+def idle_sync_s(device, n=20):
+    """What one synchronize costs on an idle device: taken off each measured wait for the GPU."""
+    synchronize(device)
+    times = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        synchronize(device)
+        times.append(time.perf_counter() - t0)
+    return median(times)
+
+
+def wait_for_gpu_s(device, floor_s):
+    """How long the host waits for the GPU from now, less one idle synchronize: called right after
+    ``loss.backward()`` returns, how far the backward thread ran ahead of the GPU."""
+    t0 = time.perf_counter()
+    synchronize(device)
+    return max(0.0, time.perf_counter() - t0 - floor_s)
+
+
+def finish_launch(launch_id, t_start):
+    try:
+        dist.barrier()
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001
+        pass
+    log(f"launch {launch_id} done in {time.perf_counter() - t_start:.1f}s")

@@ -1,0 +1,224 @@
+"""``ddpsim measure``: measure a GPU host for ddpsim in one command (torch and the standard library only).
+
+Runs a plan (plans.py) as one campaign (campaign.py) into an output folder that ``ddpsim calibrate`` and
+``ddpsim validate`` read. The folder is resumable: the same command again skips what already ran.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import time
+
+from . import campaign
+from .common import read_jsonl
+from .models import ModelArgError, resolve
+from .plans import DEFAULT_MODELS, LINK_CLASSES, PLANS, shapes_for
+
+EXAMPLES = """examples:
+  ddpsim measure --out runs/my-host --model mypkg.models:build@batch=16@precision=bf16@optimizer=adamw
+  ddpsim measure --out runs/probe --plan probe --model hf:GPT2Config --model resnet50
+
+--model takes a built-in name (resnet50, gpt2-124m, mlp-heavy, bert-large, vit-b16, mlp-ln-64, mlp-wide),
+a factory `package.module:function` returning (model, make_batch) or (model, make_batch, loss_fn), or
+`hf:CONFIG` (a Hugging Face config class, config.json or hub name; random weights). Options follow the
+name: @batch=B @precision=fp32|bf16 @optimizer=sgd|adamw @seq=S (sequence models).
+Across hosts: see docs/measure-harness.md ("Several hosts") for the torchrun --nnodes command."""
+
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h)?\s*$")
+
+
+class MeasureArgError(ValueError):
+    pass
+
+
+def parse_budget_s(text: str) -> float:
+    """'600', '600s', '10m', '1.5h' -> seconds."""
+    m = _DURATION.match(text)
+    if not m:
+        raise MeasureArgError(f"--budget {text!r}: expected a duration such as 600s or 10m")
+    value = float(m.group(1)) * {None: 1, "s": 1, "m": 60, "min": 60, "h": 3600}[m.group(2)]
+    if not math.isfinite(value) or value < 30:
+        raise MeasureArgError(f"--budget {text!r}: at least 30 s (one launch needs about that)")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(
+        prog="ddpsim measure", epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Measure this GPU host for ddpsim: all-reduce sweeps per link class, DDP step times of "
+                    "your models, their world-size-1 profiles. Writes a folder that `ddpsim calibrate` and "
+                    "`ddpsim validate` read. Running the same command again resumes it.")
+    ap.add_argument("--out", required=True, metavar="DIR", help="output folder (created; resumable)")
+    ap.add_argument("--model", action="append", metavar="SPEC",
+                    help=f"a model to measure (repeatable; default: {', '.join(DEFAULT_MODELS)})")
+    ap.add_argument("--plan", choices=sorted(PLANS), default="default",
+                    help="; ".join(f"{p.name}: {p.buys}" for p in PLANS.values()))
+    ap.add_argument("--budget", default=None, metavar="DURATION",
+                    help="wall-clock budget, e.g. 10m (default: the plan's, 10 minutes at most)")
+    ap.add_argument("--shapes", default=None, metavar="NxG,...",
+                    help="nodes x GPUs per node; N > 1 emulates N nodes on this host (default: 1xG for all "
+                         "G GPUs, and 1x2 on a bigger host)")
+    ap.add_argument("--link-classes", default=",".join(LINK_CLASSES), metavar="LIST",
+                    help="intra-node link classes to force: nvlink (NCCL's default), shm, socket")
+    ap.add_argument("--fresh", action="store_true", help="delete DIR's earlier results first")
+    ap.add_argument("--cpu-slots", type=int, default=0, metavar="N",
+                    help="dry run on the CPU with gloo, pretending N devices (checks a command before GPU time)")
+    return ap
+
+
+def _models(specs: list[str]) -> list[str]:
+    for spec in specs:
+        if "," in spec:
+            raise MeasureArgError(f"--model {spec!r}: one model per --model (repeat the flag), no commas")
+        try:
+            resolve(spec)
+        except ModelArgError as e:
+            raise MeasureArgError(f"--model: {e}") from e
+    return specs
+
+
+def _shapes(text: str | None, n_gpus: int) -> list[str]:
+    if text is None:
+        return shapes_for(n_gpus)
+    shapes = [s.strip() for s in text.split(",") if s.strip()]
+    for s in shapes:
+        m = re.fullmatch(r"([1-9][0-9]*)x([1-9][0-9]*)", s)
+        if not m:
+            raise MeasureArgError(f"--shapes {s!r}: expected NxG, e.g. 1x4 or 2x2")
+        if int(m.group(1)) * int(m.group(2)) > n_gpus:
+            raise MeasureArgError(f"--shapes {s}: needs {int(m.group(1)) * int(m.group(2))} GPUs, this host has "
+                                  f"{n_gpus}")
+    return shapes
+
+
+def _link_classes(text: str) -> list[str]:
+    classes = [c.strip() for c in text.split(",") if c.strip()]
+    bad = [c for c in classes if c not in LINK_CLASSES]
+    if bad or not classes:
+        raise MeasureArgError(f"--link-classes {text!r}: expected some of {', '.join(LINK_CLASSES)}")
+    return classes
+
+
+def _check_folder(out: str, plan_record: dict, fresh: bool) -> bool:
+    """True to resume. Refuses a folder that holds another plan's results (or results of unknown plan)."""
+    path = os.path.join(out, "plan.json")
+    if fresh or not os.path.isdir(out):
+        return False
+    earlier = None
+    if os.path.isfile(path):
+        try:
+            with open(path) as f:
+                earlier = json.load(f)
+        except (OSError, ValueError) as e:
+            raise MeasureArgError(f"{path}: not readable JSON ({e}); --fresh starts the folder over") from e
+    if earlier is None:
+        if campaign.existing_results(out):
+            raise MeasureArgError(f"{out}: holds measurements of no known plan (no plan.json): pass --fresh to "
+                                  "delete them, or another --out")
+        return False
+    if earlier != plan_record:
+        changed = sorted(k for k in set(earlier) | set(plan_record) if earlier.get(k) != plan_record.get(k))
+        raise MeasureArgError(f"{path}: an earlier run of another plan ({', '.join(changed)} differ): the same "
+                              "command resumes it; --fresh replaces it; or use another --out")
+    return True
+
+
+def _write_json_atomic(path: str, obj: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def summary_lines(out: str, models: list[str]) -> list[str]:
+    """Per model and link class: DDP runs ok of planned; profiles; all-reduce sweeps; failures."""
+    runs = read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
+    sweeps = read_jsonl(os.path.join(out, "allreduce.jsonl"))
+    failures = read_jsonl(os.path.join(out, "profile_failures.jsonl"))
+    profiles_dir = os.path.join(out, "profiles")
+    profiled = set()
+    if os.path.isdir(profiles_dir):
+        for name in os.listdir(profiles_dir):
+            if name.endswith(".json"):
+                try:
+                    with open(os.path.join(profiles_dir, name)) as f:
+                        profiled.add(json.load(f).get("model"))
+                except (OSError, ValueError):
+                    continue
+    lines = ["", "=== ddpsim measure: what was measured ==="]
+    classes = sorted({str(r.get("transport")) for r in runs} | {str(r.get("transport")) for r in sweeps})
+    for model in models:
+        cells = []
+        for c in classes:
+            mine = [r for r in runs if r.get("model") == model and str(r.get("transport")) == c]
+            if mine:
+                cells.append(f"{c} {sum(r.get('status') == 'ok' for r in mine)}/{len(mine)} runs ok")
+        prof = "profile ok" if model in profiled else "NO PROFILE (its runs cannot be predicted)"
+        lines.append(f"  {model}: {prof}; " + ("; ".join(cells) if cells else "no DDP runs"))
+    for c in classes:
+        mine = [r for r in sweeps if str(r.get("transport")) == c]
+        if mine:
+            lines.append(f"  all-reduce sweeps over {c}: {sum(r.get('status', 'ok') != 'failed' for r in mine)}/"
+                         f"{len(mine)} ok")
+    for r in failures[-5:]:
+        lines.append(f"  profile of {r.get('model')} {r.get('status')}: {str(r.get('error') or '').strip()[-300:]}")
+    bad = [r for r in runs if r.get("status") == "failed"]
+    if bad:
+        last = str(bad[-1].get("error") or "").strip().splitlines()[-1:] or [""]
+        lines.append(f"  {len(bad)} DDP runs failed; the last: {bad[-1].get('model')} cap "
+                     f"{bad[-1].get('bucket_cap_mb')}: {last[0][:300]}")
+    lines += ["", "next:", f"  ddpsim calibrate {out} --out {os.path.join(out, 'calibration.json')}",
+              f"  ddpsim validate {out}"]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
+    try:
+        a = ap.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    try:
+        plan = PLANS[a.plan]
+        budget_s = parse_budget_s(a.budget) if a.budget else plan.budget_s
+        models = _models(a.model or list(DEFAULT_MODELS))
+        link_classes = _link_classes(a.link_classes)
+        gpus = campaign.gpu_list(a.cpu_slots)
+        if not gpus:
+            raise MeasureArgError("no GPU found (nvidia-smi, torch.cuda): run it on a GPU host, or --cpu-slots N "
+                                  "for a dry run on the CPU")
+        shapes = _shapes(a.shapes, len(gpus))
+        out = os.path.abspath(a.out)
+        record = {"plan": plan.name, "models": models, "shapes": shapes, "link_classes": link_classes,
+                  "budget_s": budget_s, "devices": len(gpus), "cpu_dry_run": bool(a.cpu_slots)}
+        resume = _check_folder(out, record, a.fresh)
+    except MeasureArgError as e:
+        print(f"ddpsim: error: measure: {e}", file=sys.stderr)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    print(f"ddpsim measure: plan {plan.name} ({plan.buys})", flush=True)
+    print(f"  models: {', '.join(models)}; shapes: {', '.join(shapes) or 'none (one GPU: profiles only)'}; "
+          f"link classes: {', '.join(link_classes)}; budget {budget_s:.0f} s; {len(gpus)} "
+          f"{'CPU slots (dry run)' if a.cpu_slots else 'GPUs'}" + ("; resuming" if resume else ""), flush=True)
+    argv_c = ["--out", out, "--models", ",".join(models), "--transports", ",".join(link_classes),
+              "--budget-s", str(budget_s), "--shapes", ",".join(shapes) or "none"] + plan.campaign_args()
+    if a.fresh:
+        argv_c.append("--fresh")
+    if resume:
+        argv_c.append("--resume")
+    if a.cpu_slots:
+        argv_c += ["--cpu-slots", str(a.cpu_slots)]
+    if not resume:
+        _write_json_atomic(os.path.join(out, "plan.json"), record)
+    t0 = time.time()
+    rc = campaign.main(argv_c)
+    if rc != 0:
+        return rc
+    for line in summary_lines(out, models):
+        print(line, flush=True)
+    print(f"ddpsim measure: done in {time.time() - t0:.0f} s -> {out}", flush=True)
+    return 0

@@ -1,0 +1,56 @@
+"""What ``ddpsim measure`` runs: a few named plans, each a complete campaign with a budget.
+
+A plan is data: the campaign's options, the GPU counts it needs, and one line that says what it buys.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+DEFAULT_MODELS = ("resnet50", "gpt2-124m")
+LINK_CLASSES = ("nvlink", "shm", "socket")
+
+
+@dataclass(frozen=True)
+class Plan:
+    name: str
+    buys: str  # what the measurements are for, in one line
+    caps_mb: str  # bucket caps of the DDP runs ("" for none)
+    ddp_runs: bool
+    budget_s: float
+    quick: bool = False
+    net_probe: bool = True  # on multi-node shapes only
+
+    def campaign_args(self) -> list[str]:
+        args = ["--caps", self.caps_mb or "25", "--algos", "default"]
+        if not self.ddp_runs:
+            args += ["--skip-ddp"]
+        if self.quick:
+            args += ["--quick"]
+        if self.net_probe:
+            args += ["--net-probe"]
+        return args
+
+
+PLANS = {
+    "default": Plan("default", "all-reduce sweeps and DDP runs at three bucket caps per link class, and each "
+                    "model's world-size-1 profile: what `ddpsim calibrate` fits and `ddpsim validate` checks",
+                    "5,25,50", True, 600.0),
+    "probe": Plan("probe", "the short probe of a fresh allocation: an all-reduce sweep per link class and each "
+                  "model's world-size-1 profile, no DDP runs; `ddpsim calibrate --links-only` re-centres a "
+                  "shipped calibration on it", "", False, 120.0),
+    "quick": Plan("quick", "a smoke test of the host and the models: few steps, two caps", "5,25", True, 180.0,
+                  quick=True),
+    "full": Plan("full", "the research campaign: six caps per link class (a bucket-cap curve)", "1,5,10,25,50,200",
+                 True, 600.0),
+}
+
+
+def shapes_for(gpus_on_host: int) -> list[str]:
+    """The host's own shapes: all its GPUs on one node, and two GPUs as well on a bigger host (the world
+    size a calibration transfers from)."""
+    if gpus_on_host < 2:
+        return []
+    shapes = [f"1x{gpus_on_host}"]
+    if gpus_on_host > 2:
+        shapes.insert(0, "1x2")
+    return shapes
