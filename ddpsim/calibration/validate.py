@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, load_measurements
+from ddpsim.calibration.calibrate import Measurements, calibrate, check_stretch_options, load_measurements
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
@@ -46,7 +46,7 @@ class RunRow:
     nodes: int = 1
     host: str = ""
     fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
-    launch_level: float = 1.0  # measured_s was divided by this (--normalise-launches; 1: as measured)
+    launch_level: float = 1.0  # measured_s was divided by this (normalise_launches; 1: as measured)
     # the prediction's p10 / p90 from the calibration's measured noise (None: the calibration has none)
     predicted_p10_s: float | None = None
     predicted_p90_s: float | None = None
@@ -297,6 +297,7 @@ def cross_validate(
     """
     if cross not in CROSS_MODES:
         raise ScenarioError(f"expected one of {', '.join(CROSS_MODES)}, got {cross!r}", field="--cross")
+    check_stretch_options(fix_measured_stretch, idle_start_wait)  # before minutes of loading and fitting
     measured = load_measurements(data_dirs)
     key = _FOLD_KEYS[cross]
     parts = sorted({key(run) for run in measured.runs})
