@@ -266,10 +266,9 @@ def validate(
         layouts.append(layout)
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
-    result = _report(measured, rows, layouts, calibration, subset, None, [],
-                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
-    result.jitter_from_profile = jitter_from_profile
-    return result
+    return _report(measured, rows, layouts, calibration, subset, None, [],
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share),
+                   jitter_from_profile=jitter_from_profile)
 
 
 def cross_validate(
@@ -327,11 +326,9 @@ def cross_validate(
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
     subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
-    result = _report(measured, rows, layouts, None, subset, cross, folds,
-                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
-    result.comm_terms_fitted_models_only = comm_terms_fitted_models_only
-    result.jitter_from_profile = jitter_from_profile
-    return result
+    return _report(measured, rows, layouts, None, subset, cross, folds,
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped,
+                   jitter_from_profile=jitter_from_profile, comm_terms_fitted_models_only=comm_terms_fitted_models_only)
 
 
 def _pool(jobs: int) -> Any:
@@ -478,6 +475,8 @@ def _report(
     folds: list[dict[str, Any]],
     tolerances: tuple[float, float, float, float],
     skipped: list[tuple[str, str]] | None = None,
+    jitter_from_profile: bool = False,
+    comm_terms_fitted_models_only: bool = False,
 ) -> Validation:
     checked = [m for m in layouts if m is not None]
     result = Validation(
@@ -495,7 +494,10 @@ def _report(
         folds=folds,
         profile_warnings=_profile_warnings(measured.runs, measured.profiles),
         launch_drift=launch_drift(measured.runs),
+        jitter_from_profile=jitter_from_profile,
+        comm_terms_fitted_models_only=comm_terms_fitted_models_only,
     )
+    # the tolerances read the report's own groupings (per link class, held-out runs), so they come last
     result.failures = _failures(result, *tolerances)
     return result
 
