@@ -83,7 +83,35 @@ def _option_rows(v: Validation) -> list[dict[str, Any]]:
 
 
 def validation_text(v: Validation, markdown: bool = False) -> str:
-    lines = []
+    """The report: every held-out run, the error per link class and per DDP option, the verdicts on cap
+    advice and bucket layouts, what was not predicted and why, warnings, and PASSED or FAILED."""
+    lines = [*_heading(v), _runs_table(v, markdown), "", *_summary(v, markdown), *_options_table(v, markdown),
+             *_verdicts(v), *_warnings(v)]
+    levels = sorted({(r.launch, r.launch_level) for r in v.rows if r.launch_level != 1.0})
+    if levels:
+        lines.append("measured steps normalised by launch level (reference configuration): "
+                     + ", ".join(f"{launch} /{level:.3f}" for launch, level in levels))
+    lines.append("measured on: " + "; ".join(v.fingerprints))
+    lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
+    return "\n".join(lines)
+
+
+def _heading(v: Validation) -> list[str]:
+    if v.cross:
+        lines = [f"Leave-one-{v.cross}-out: each {v.cross}'s runs predicted by a calibration fitted without it "
+                 f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})"
+                 + ("; its communication terms kept for the models it was fitted on "
+                    "(comm_terms_fitted_models_only, not the default: docs/model.md)"
+                    if v.comm_terms_fitted_models_only else "")]
+    else:
+        lines = [f"Held-out runs (calibration subset: {v.calibration_subset})"]
+    if v.jitter_from_profile:
+        lines.append("predicted with each rank's compute varying step to step as its profile measured (the step's "
+                     f"p10..p90), the median of {JITTER_STEPS} simulated steps")
+    return lines
+
+
+def _runs_table(v: Validation, markdown: bool) -> str:
     held = v.held_out()
     # every campaign names its launches alike ("nvlink_w4_0"): with several, the campaign says which
     several = len({r.host for r in held}) > 1
@@ -101,20 +129,11 @@ def validation_text(v: Validation, markdown: bool = False) -> str:
         )
         for r in sorted(held, key=lambda r: (r.model, r.option, r.transport, r.nodes, r.world_size, r.bucket_cap_mb))
     ]
-    if v.cross:
-        lines.append(f"Leave-one-{v.cross}-out: each {v.cross}'s runs predicted by a calibration fitted without it "
-                     f"(DDP overheads on plain runs at caps {v.calibration_subset.get('bucket_cap_mb')})"
-                     + ("; its communication terms kept for the models it was fitted on "
-                        "(comm_terms_fitted_models_only, not the default: docs/model.md)"
-                        if v.comm_terms_fitted_models_only else ""))
-    else:
-        lines.append(f"Held-out runs (calibration subset: {v.calibration_subset})")
-    if v.jitter_from_profile:
-        lines.append("predicted with each rank's compute varying step to step as its profile measured (the step's "
-                     f"p10..p90), the median of {JITTER_STEPS} simulated steps")
-    lines.append(table(("model", "option", "link", "GPUs", "cap MB", "fold" if v.cross else "launch",
-                        "measured ms", "predicted ms", "error %"), rows, markdown))
-    lines.append("")
+    return table(("model", "option", "link", "GPUs", "cap MB", "fold" if v.cross else "launch",
+                  "measured ms", "predicted ms", "error %"), rows, markdown)
+
+
+def _summary(v: Validation, markdown: bool) -> list[str]:
     summary_rows = _summary_rows(v)
     summary = [
         (
@@ -128,22 +147,32 @@ def validation_text(v: Validation, markdown: bool = False) -> str:
         )
         for s in summary_rows
     ]
-    lines.append(table(("link class", "runs", "mean abs err %", "max abs err %", "mean err %",
-                        "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown))
+    lines = [table(("link class", "runs", "mean abs err %", "max abs err %", "mean err %",
+                    "launch-to-launch % (measured)", "all-reduce max err % (64KiB-1GiB)"), summary, markdown)]
     intervals = [s for s in summary_rows if s["with_interval"]]
     if intervals:
         lines.append("measured inside the predicted p10..p90 (the calibration's noise; 80% if it is honest): "
                      + ", ".join(f"{s['transport']} {s['inside_interval']} of {s['with_interval']}" for s in intervals))
+    return lines
+
+
+def _options_table(v: Validation, markdown: bool) -> list[str]:
     options = _option_rows(v)
-    if any(o["option"] != "none" for o in options):
-        lines.append("")
-        lines.append(table(
-            ("option", "link class", "runs", "mean abs err %", "max abs err %", "effect measured / predicted (per model)"),
-            [(o["option"], o["transport"], o["runs"], f"{o['mape_pct']:.1f}", f"{o['max_error_pct']:.1f}",
-              " ".join(f"{e['model']} {e['measured_ratio']:.2f}/{e['predicted_ratio']:.2f}" for e in o["effects"]) or "-")
-             for o in options],
-            markdown,
-        ))
+    if not any(o["option"] != "none" for o in options):
+        return []
+    return ["", table(
+        ("option", "link class", "runs", "mean abs err %", "max abs err %", "effect measured / predicted (per model)"),
+        [(o["option"], o["transport"], o["runs"], f"{o['mape_pct']:.1f}", f"{o['max_error_pct']:.1f}",
+          " ".join(f"{e['model']} {e['measured_ratio']:.2f}/{e['predicted_ratio']:.2f}" for e in o["effects"]) or "-")
+         for o in options],
+        markdown,
+    )]
+
+
+def _verdicts(v: Validation) -> list[str]:
+    """The whole error, the cap advice, the bucket layouts and what was not predicted."""
+    lines = []
+    held = v.held_out()
     if held:
         errors = [abs(r.error_pct) for r in held]
         lines.append(f"\nall held-out runs: mean abs error {sum(errors) / len(errors):.1f}%, max {max(errors):.1f}%")
@@ -156,32 +185,24 @@ def validation_text(v: Validation, markdown: bool = False) -> str:
                 f"best {r['measured_best_cap_mb']:g} ({r['recommended_vs_best_pct']:+.1f}%)"
             )
     lines.append(f"bucket layouts: {v.layouts_checked - len(v.layout_mismatches)} of {v.layouts_checked} equal the measured rebuilt layout")
-    for mismatch in v.layout_mismatches[:5]:
-        lines.append(f"  {mismatch}")
+    lines += [f"  {mismatch}" for mismatch in v.layout_mismatches[:5]]
     if v.skipped:
         reasons: dict[str, int] = defaultdict(int)
         for _run, reason in v.skipped:
             reasons[reason] += 1
         lines.append(f"not predicted: {len(v.skipped)} records")
-        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
-            lines.append(f"  {count} x {reason}")
-    for warning in v.profile_warnings:
-        lines.append(f"warning: {warning}")
-    for d in v.launch_drift:
-        if d["drifted"]:
-            lines.append(f"warning: launch {d['launch']}: the reference {d['reference']} moved {d['drift_pct']:+.1f}% "
-                         f"from its start to its end, past the launch's round-to-round spread "
-                         f"({d['round_spread_pct']:.1f}%): its runs carry more than their own noise")
-    for fold in v.folds:
-        for warning in fold.get("warnings", []):
-            lines.append(f"warning (fold {fold['held_out']}): {warning}")
-    levels = sorted({(r.launch, r.launch_level) for r in v.rows if r.launch_level != 1.0})
-    if levels:
-        lines.append("measured steps normalised by launch level (reference configuration): "
-                     + ", ".join(f"{launch} /{level:.3f}" for launch, level in levels))
-    lines.append("measured on: " + "; ".join(v.fingerprints))
-    lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
-    return "\n".join(lines)
+        lines += [f"  {count} x {reason}" for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1])]
+    return lines
+
+
+def _warnings(v: Validation) -> list[str]:
+    lines = [f"warning: {warning}" for warning in v.profile_warnings]
+    lines += [f"warning: launch {d['launch']}: the reference {d['reference']} moved {d['drift_pct']:+.1f}% "
+              f"from its start to its end, past the launch's round-to-round spread "
+              f"({d['round_spread_pct']:.1f}%): its runs carry more than their own noise"
+              for d in v.launch_drift if d["drifted"]]
+    lines += [f"warning (fold {fold['held_out']}): {warning}" for fold in v.folds for warning in fold.get("warnings", [])]
+    return lines
 
 
 def write_validation_dir(v: Validation, out: str) -> None:
