@@ -30,9 +30,10 @@ class LinkRecord:
     utilization: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class Result:
-    """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract.
+    """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract. Built once, by
+    ``simulation.simulate``, from the engine's traces; never changed after.
 
     ``step_time_s`` is the median over the simulated iterations (``step_times_s``), each measured
     from the end of the previous step on the slowest rank. The breakdown (forward, backward,

@@ -365,29 +365,14 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     env.run()
     # folded ranks get their representative's timeline on small clusters only: a trace of
     # thousands of identical ranks says nothing more and costs a file of hundreds of MB
-    members = plan.members if world <= DETAILED_MAX_GPUS else None
-    result = _result(prep, mode, algorithm, protocol, traces, network, time.perf_counter() - wall_start, members)
-    result.events = env.events_processed
-    result.mode_reason = mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan)
-    result.simulated_ranks = len(ranks)
-    result.value_sources = dict(prep.sources)
-    options = _option_costs(prep)
-    if options.nodes_source:
-        result.value_sources[f"autograd nodes ({options.autograd_nodes}, find_unused_parameters' walk)"] = (
-            options.nodes_source)
-    if sc.ddp.find_unused_parameters and not sc.ddp.static_graph and prep.workload.output_bytes is None:
-        result.value_sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
-    if sc.calibration is not None:
-        # the calibration measured the spread per class a step belongs to: across nodes, the network's
-        noise_class = step_link_class(sc.cluster.nodes, link_class_of_type(sc.cluster.intra_node.type))
-        interval = sc.calibration.step_interval(noise_class, result.step_time_s)
-        if interval is not None:
-            result.step_time_p10_s, _, result.step_time_p90_s = interval
-            result.value_sources["p10 / p90 spread"] = f"calibration {sc.calibration.source} noise.{noise_class}"
-        else:
-            result.value_sources["p10 / p90 spread"] = (f"not measured: calibration {sc.calibration.source} has no "
-                                                        f"noise.{noise_class}, so no interval is given")
-    return result
+    engine = _EngineRun(
+        mode=mode, algorithm=algorithm, protocol=protocol, traces=traces, network=network,
+        members=plan.members if world <= DETAILED_MAX_GPUS else None,
+        events=env.events_processed,
+        mode_reason=mode_reason(sc.simulation.mode, mode, world, DETAILED_MAX_GPUS, plan),
+        wall_s=time.perf_counter() - wall_start,
+    )
+    return _result(prep, engine)
 
 
 def _priced_busy_s(prep: Prepared, iterations: int) -> Any:
@@ -423,59 +408,123 @@ def _exposed(comm: list[tuple[float, float]], compute: list[tuple[float, float]]
     return _union_length(comm + compute) - _union_length(compute)
 
 
-def _result(
-    prep: Prepared,
-    mode: str,
-    algorithm: str,
-    protocol: str,
-    traces: dict[int, list[RankTrace]],
-    network: Any,
-    wall_s: float,
-    members: dict[int, tuple[int, ...]] | None = None,
-) -> Result:
+@dataclass(frozen=True)
+class _EngineRun:
+    """What one run of the event engine produced, before it is read into a Result."""
+
+    mode: str
+    algorithm: str
+    protocol: str
+    traces: dict[int, list[RankTrace]]  # per simulated rank, one trace per step
+    network: Any  # the FlowNetwork in detailed mode (its links' busy time), else None
+    members: dict[int, tuple[int, ...]] | None  # the ranks each simulated rank stands for (None: not drawn)
+    events: int
+    mode_reason: str
+    wall_s: float
+
+
+def _result(prep: Prepared, run: _EngineRun) -> Result:
     sc, workload = prep.scenario, prep.workload
-    world = sc.cluster.world_size
-    iterations = sc.simulation.iterations
+    ends = _step_ends(run.traces, sc.simulation.iterations)
+    step_times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, len(ends))]
+    step_time = statistics.median(step_times)
+    last = run.traces[0][-1]  # the breakdown is rank 0's last step
+    samples = workload.batch_size * sc.ddp.grad_accumulation_steps * sc.cluster.world_size
+    memory = memory_per_gpu(workload, gradient_as_bucket_view=sc.ddp.gradient_as_bucket_view)
+    fits = memory["total"] <= prep.gpu.memory_bytes
+    p10_s, p90_s, spread_source = _interval(sc, step_time)
+    return Result(
+        scenario=sc.source, model=workload.name, gpu=prep.gpu.name, world_size=sc.cluster.world_size,
+        nodes=sc.cluster.nodes, gpus_per_node=sc.cluster.gpus_per_node,
+        algorithm=run.algorithm, protocol=run.protocol, mode=run.mode, bucket_cap_mb=sc.ddp.bucket_cap_mb,
+        step_time_s=step_time, step_times_s=step_times,
+        critical_rank=max(run.traces, key=lambda r: run.traces[r][-1].backward_compute_end_s),
+        **_breakdown(prep, last),
+        compute_only_s=_compute_only_s(prep),
+        buckets=_bucket_records(prep, last),
+        links=_link_records(prep, run.network, ends[-1]),
+        samples_per_s=samples / step_time,
+        tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
+        memory_bytes=memory, gpu_memory_bytes=prep.gpu.memory_bytes, fits_in_memory=fits,
+        warnings=[] if fits else [_memory_warning(prep, memory["total"])],
+        events=run.events, wall_s=run.wall_s, mode_reason=run.mode_reason, simulated_ranks=len(run.traces),
+        value_sources={**prep.sources, **_option_sources(prep), **spread_source},
+        step_time_p10_s=p10_s, step_time_p90_s=p90_s,
+        rank_timelines=_timelines(prep, run.traces, run.members),
+    )
+
+
+def _step_ends(traces: dict[int, list[RankTrace]], iterations: int) -> list[float]:
+    """When each step ended on its slowest rank."""
     if any(len(rank_traces) < iterations for rank_traces in traces.values()):
         # a rank that never finished its steps means the processes deadlocked: a modelling bug
         raise RuntimeError("simulation ended before every rank finished its steps")
-    ends = [max(traces[r][i].step_end_s for r in traces) for i in range(iterations)]
-    step_times = [ends[0]] + [ends[i] - ends[i - 1] for i in range(1, iterations)]
-    critical = max(traces, key=lambda r: traces[r][-1].backward_compute_end_s)
-    last = traces[0][-1]
+    return [max(traces[r][i].step_end_s for r in traces) for i in range(iterations)]
+
+
+def _breakdown(prep: Prepared, last: RankTrace) -> dict[str, float]:
+    """Rank 0's last step in parts. The rest after forward and backward compute, so the summary's parts
+    add up to the step: the wait for the last all-reduces, the copy out of the buckets after them, the
+    optimizer and (with accumulation) the no_sync micro-steps before."""
     t0 = last.step_start_s
-    compute = [(a, b) for a, b, label in last.compute_intervals if a >= t0]
+    compute = [(a, b) for a, b, _label in last.compute_intervals if a >= t0]
     comm = [(last.bucket_start_s[b.index], last.bucket_end_s[b.index]) for b in prep.buckets]
-    copy_s = sum(b - a for a, b, label in last.compute_intervals if a >= t0 and label.startswith("copy"))
-    buckets = [
+
+    def busy_s(label: str) -> float:
+        return sum(b - a for a, b, lbl in last.compute_intervals if lbl == label and a >= t0)
+
+    return {
+        "forward_s": last.forward_end_s - t0,
+        "backward_s": last.backward_compute_end_s - last.forward_end_s,
+        "optimizer_s": prep.compute.optimizer_s,
+        "comm_time_s": sum(b - a for a, b in comm),
+        "exposed_comm_s": _exposed(comm, compute) if prep.scenario.cluster.world_size > 1 else 0.0,
+        "copy_s": sum(b - a for a, b, label in last.compute_intervals if a >= t0 and label.startswith("copy")),
+        "comm_wait_s": last.backward_end_s - last.backward_compute_end_s,
+        "copy_out_s": busy_s("copy-out"),
+        "step_optimizer_s": busy_s("optimizer"),
+        "accumulation_s": sum(b - a for a, b, label in last.compute_intervals if label == "no_sync micro-step"),
+    }
+
+
+def _compute_only_s(prep: Prepared) -> float:
+    """The whole step's compute: every micro-step (the later ones into existing gradients) and the optimizer."""
+    micro_steps = prep.scenario.ddp.grad_accumulation_steps
+    compute = prep.compute
+    later_backward = (micro_steps - 1) * accumulate_backward_factor(prep.workload)
+    return micro_steps * compute.forward_s + compute.backward_s * (1 + later_backward) + compute.optimizer_s
+
+
+def _bucket_records(prep: Prepared, last: RankTrace) -> list[BucketRecord]:
+    t0 = last.step_start_s
+    return [
         BucketRecord(
-            index=b.index,
-            bytes=b.wire_bytes,
-            grad_bytes=b.grad_bytes,
-            n_params=b.n_params,
-            ready_s=last.bucket_ready_s[b.index] - t0,
-            launch_s=last.bucket_launch_s[b.index] - t0,
-            start_s=last.bucket_start_s[b.index] - t0,
-            end_s=last.bucket_end_s[b.index] - t0,
+            index=b.index, bytes=b.wire_bytes, grad_bytes=b.grad_bytes, n_params=b.n_params,
+            ready_s=last.bucket_ready_s[b.index] - t0, launch_s=last.bucket_launch_s[b.index] - t0,
+            start_s=last.bucket_start_s[b.index] - t0, end_s=last.bucket_end_s[b.index] - t0,
         )
         for b in prep.buckets
     ]
-    step_time = statistics.median(step_times)
-    samples = workload.batch_size * sc.ddp.grad_accumulation_steps * world
-    memory = memory_per_gpu(workload, gradient_as_bucket_view=sc.ddp.gradient_as_bucket_view)
-    warnings = []
-    fits = memory["total"] <= prep.gpu.memory_bytes
-    if not fits:
-        warnings.append(
-            f"plain DDP does not fit: {memory['total'] / 2**30:.1f} GiB needed per GPU, "
-            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 2**30:.0f} GiB (shard with FSDP/ZeRO)"
-        )
-    links: list[LinkRecord] = []
-    if world > 1:
-        busy = network.busy_time_s if network is not None else _priced_busy_s(prep, iterations)
-        total = max(ends[-1], 1e-30)
-        order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
-        links = [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total) for i in order if busy[i] > 0]
+
+
+def _link_records(prep: Prepared, network: Any, end_s: float) -> list[LinkRecord]:
+    """The 16 busiest links over all simulated steps."""
+    if prep.scenario.cluster.world_size == 1:
+        return []
+    busy = network.busy_time_s if network is not None else _priced_busy_s(prep, prep.scenario.simulation.iterations)
+    total = max(end_s, 1e-30)
+    order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
+    return [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total)
+            for i in order if busy[i] > 0]
+
+
+def _memory_warning(prep: Prepared, total_bytes: float) -> str:
+    return (f"plain DDP does not fit: {total_bytes / 2**30:.1f} GiB needed per GPU, "
+            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 2**30:.0f} GiB (shard with FSDP/ZeRO)")
+
+
+def _timelines(prep: Prepared, traces: dict[int, list[RankTrace]],
+               members: dict[int, tuple[int, ...]] | None) -> dict[int, list[tuple[float, float, str]]]:
     timelines = {}
     for rank, rank_traces in traces.items():
         intervals = [iv for t in rank_traces for iv in t.compute_intervals]
@@ -486,47 +535,30 @@ def _result(
         ]
         for member in (members or {}).get(rank, (rank,)):
             timelines[member] = intervals  # folded ranks share their representative's timeline
-    forward_s = last.forward_end_s - t0
-    # the rest of rank 0's step, so the summary's parts add up to it: the wait for the last all-reduces,
-    # the copy out of the buckets after them, and (with accumulation) the no_sync micro-steps before
-    step_parts = {label: sum(b - a for a, b, lbl in last.compute_intervals if lbl == label and a >= t0)
-                  for label in ("copy-out", "optimizer")}
-    accumulation_s = sum(b - a for a, b, label in last.compute_intervals if label == "no_sync micro-step")
-    return Result(
-        scenario=sc.source,
-        model=workload.name,
-        gpu=prep.gpu.name,
-        world_size=world,
-        nodes=sc.cluster.nodes,
-        gpus_per_node=sc.cluster.gpus_per_node,
-        algorithm=algorithm,
-        protocol=protocol,
-        mode=mode,
-        bucket_cap_mb=sc.ddp.bucket_cap_mb,
-        step_time_s=step_time,
-        forward_s=forward_s,
-        backward_s=last.backward_compute_end_s - last.forward_end_s,
-        optimizer_s=prep.compute.optimizer_s,
-        comm_time_s=sum(b - a for a, b in comm),
-        exposed_comm_s=_exposed(comm, compute) if world > 1 else 0.0,
-        compute_only_s=sc.ddp.grad_accumulation_steps * prep.compute.forward_s
-        + prep.compute.backward_s * (1 + (sc.ddp.grad_accumulation_steps - 1) * accumulate_backward_factor(workload))
-        + prep.compute.optimizer_s,
-        copy_s=copy_s,
-        buckets=buckets,
-        links=links,
-        step_times_s=step_times,
-        critical_rank=critical,
-        samples_per_s=samples / step_time,
-        tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
-        memory_bytes=memory,
-        gpu_memory_bytes=prep.gpu.memory_bytes,
-        fits_in_memory=fits,
-        warnings=warnings,
-        wall_s=wall_s,
-        rank_timelines=timelines,
-        comm_wait_s=last.backward_end_s - last.backward_compute_end_s,
-        copy_out_s=step_parts["copy-out"],
-        step_optimizer_s=step_parts["optimizer"],
-        accumulation_s=accumulation_s,
-    )
+    return timelines
+
+
+def _option_sources(prep: Prepared) -> dict[str, str]:
+    """Where find_unused_parameters' inputs came from (the autograd walk; the output clone)."""
+    sources = {}
+    options = _option_costs(prep)
+    if options.nodes_source:
+        sources[f"autograd nodes ({options.autograd_nodes}, find_unused_parameters' walk)"] = options.nodes_source
+    ddp = prep.scenario.ddp
+    if ddp.find_unused_parameters and not ddp.static_graph and prep.workload.output_bytes is None:
+        sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
+    return sources
+
+
+def _interval(sc: Scenario, step_time_s: float) -> tuple[float | None, float | None, dict[str, str]]:
+    """The p10 / p90 step one would measure, from the calibration's measured noise, and where it came from."""
+    if sc.calibration is None:
+        return None, None, {}
+    # the calibration measured the spread per class a step belongs to: across nodes, the network's
+    noise_class = step_link_class(sc.cluster.nodes, link_class_of_type(sc.cluster.intra_node.type))
+    interval = sc.calibration.step_interval(noise_class, step_time_s)
+    if interval is None:
+        return None, None, {"p10 / p90 spread": f"not measured: calibration {sc.calibration.source} has no "
+                                                f"noise.{noise_class}, so no interval is given"}
+    p10_s, _, p90_s = interval
+    return p10_s, p90_s, {"p10 / p90 spread": f"calibration {sc.calibration.source} noise.{noise_class}"}

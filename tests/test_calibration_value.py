@@ -34,11 +34,31 @@ def test_simulate_runs_after_the_calibration_file_is_deleted(tmp_path):
     assert simulate(scenario).step_time_s == before
 
 
-def test_calibration_changes_the_prediction(tmp_path):
-    calibrated = simulate(_scenario(tmp_path)).step_time_s
-    (tmp_path / "plain.yaml").write_text(SCENARIO.replace("calibration: cal.json\n", ""))
-    plain = simulate(load_scenario(str(tmp_path / "plain.yaml"))).step_time_s
-    assert calibrated != plain
+def test_calibration_changes_the_prediction_by_its_terms(tmp_path):
+    """The buffer broadcast before forward is serial on every rank: the calibration's buffer_sync_s is added
+    to the step one for one. Two copies of the shipped calibration, every NVLink entry's buffer_sync_s at 0
+    and at the file's own value; the steps differ by exactly that value."""
+    with open(CALIBRATION) as handle:
+        data = json.load(handle)
+    sync_s = data["overheads"]["nvlink"]["buffer_sync_s"]
+    assert sync_s > 1e-4  # large enough to see against float rounding
+    profile = {
+        "schema": "ddpsim.profile/1", "model": "tiny-bn", "batch_size": 8, "precision": "fp32", "seq_len": None,
+        "fingerprint": {"gpu": "NVIDIA H200"}, "forward_s": 0.002, "backward_s": 0.004, "optimizer_s": 0.001,
+        "step_s": 0.007, "iterations": 20, "buffers_bytes": 8192,
+        "params": [{"name": "0.weight", "numel": 4096, "dtype": "float32", "grad_ready_s": 0.004, "ready_order": 1},
+                   {"name": "1.weight", "numel": 4096, "dtype": "float32", "grad_ready_s": 0.002, "ready_order": 0}],
+    }
+    (tmp_path / "tiny.json").write_text(json.dumps(profile))
+    steps = []
+    for value in (0.0, sync_s):
+        for sub in [data["overheads"]["nvlink"], *data["overheads"]["nvlink"].get("by_world_size", {}).values()]:
+            sub["buffer_sync_s"] = value
+        (tmp_path / "cal.json").write_text(json.dumps(data))
+        (tmp_path / "s.yaml").write_text(SCENARIO.replace("{model: mlp, batch_size: 8}",
+                                                          "{model: 'profile:tiny.json', batch_size: 8}"))
+        steps.append(simulate(load_scenario(str(tmp_path / "s.yaml"))).step_time_s)
+    assert steps[1] - steps[0] == pytest.approx(sync_s, rel=1e-9)
 
 
 def test_version_1_files_store_slowdowns_as_extra_fractions(tmp_path):

@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 
-from ddpsim.calibration.calibrate import load_measurements
+from ddpsim.calibration.calibrate import calibrate, load_measurements
+from ddpsim.calibration.measurements import Profiles
 from ddpsim.calibration.validate import cross_validate, validate
 from ddpsim.cli import main
+from ddpsim.errors import ScenarioError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -220,14 +222,16 @@ def test_each_run_is_predicted_from_its_own_campaigns_profile():
     assert len(set(forwards.values())) == 2
 
 
-@pytest.mark.parametrize("command", ["validate", "calibrate"])
-def test_the_fixed_stretch_and_the_idle_start_wait_exclude_each_other(command, capsys):
-    # the wait replaces the stretch: asking for both is a usage error (exit 2), not a silent mixture
-    argv = [command, os.path.join(DATA, "h200x4-2026-11-26"), "--fix-measured-stretch", "--idle-start-wait"]
-    if command == "calibrate":
-        argv += ["--out", os.devnull]
-    assert main(argv) == 2
-    assert "not allowed with argument" in capsys.readouterr().err
+def test_the_fixed_stretch_and_the_idle_start_wait_exclude_each_other():
+    # the wait replaces the stretch: asking for both is refused (exit 2 through the CLI's ScenarioError),
+    # not a silent mixture; cross_validate refuses before it loads anything
+    with pytest.raises(ScenarioError) as err:
+        calibrate([], [], Profiles(), None, fix_measured_stretch=True, idle_start_wait=True)
+    assert err.value.field == "idle_start_wait"
+    with pytest.raises(ScenarioError) as err:
+        cross_validate([os.path.join(DATA, "no-such-campaign")], "model", fix_measured_stretch=True,
+                       idle_start_wait=True)
+    assert err.value.field == "idle_start_wait"
 
 
 def test_a_report_over_several_campaigns_names_each_runs_campaign(capsys):
@@ -238,8 +242,9 @@ def test_a_report_over_several_campaigns_names_each_runs_campaign(capsys):
     assert "h100x4-options-2026-11-26d/nvlink_w4_0" in out and "h100x4-options-2026-11-26e/nvlink_w4_0" in out
 
 
-def test_the_fitted_models_only_option_reaches_every_fold_from_the_command_line(tmp_path, monkeypatch):
+def test_the_fitted_models_only_option_reaches_every_fold(tmp_path, monkeypatch):
     import ddpsim.calibration.validate as validate_module
+    from ddpsim.cli.validation_report import validation_text
 
     plain = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink({"resnet50", "gpt2-124m"}))
     seen = []
@@ -250,9 +255,6 @@ def test_the_fitted_models_only_option_reaches_every_fold_from_the_command_line(
         return real(*args, **kwargs)
 
     monkeypatch.setattr(validate_module, "calibrate", spy)
-    code = main(["validate", plain, "--cross", "model", "--comm-terms-fitted-models-only", "--jobs", "1",
-                 "--out", str(tmp_path / "out")])
-    assert code in (0, 1)  # 1: past the tolerances, a verdict rather than an error
+    v = cross_validate([plain], "model", [5, 50], comm_terms_fitted_models_only=True)
     assert seen == [True, True]  # one fold per model, each fitted with the option
-    report = (tmp_path / "out" / "validation.md").read_text()
-    assert "kept for the models it was fitted on (--comm-terms-fitted-models-only)" in report
+    assert "kept for the models it was fitted on (comm_terms_fitted_models_only" in validation_text(v)

@@ -16,12 +16,41 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")))
 
 
+# parameter counts as their authors publish them: torchvision resnet50, Hugging Face GPT2Model and
+# BertForPreTraining (bert-large-uncased, MLM and NSP heads), Llama 2 7B
+PUBLISHED_PARAMS = {"resnet50": 25_557_032, "gpt2-124m": 124_439_808, "bert-large": 336_226_108,
+                    "llama-7b": 6_738_415_616}
+
+
 @pytest.mark.parametrize("path", SCENARIOS, ids=os.path.basename)
 def test_every_shipped_scenario_runs(path):
+    """What each shipped scenario's result must say, worked out from its YAML and published model sizes."""
+    import yaml
+
+    with open(path, encoding="utf-8") as handle:
+        spec = yaml.safe_load(handle)
+    workload, cluster, ddp = spec["workload"], spec["cluster"], spec.get("ddp", {})
+    gpus = cluster["nodes"] * cluster["gpus_per_node"]
+    micro_steps = ddp.get("grad_accumulation_steps", 1)
     result = simulate(load_scenario(path))
-    assert result.step_time_s > 0
+    assert (result.world_size, result.nodes, result.gpus_per_node) == (gpus, cluster["nodes"], cluster["gpus_per_node"])
+    assert result.bucket_cap_mb == ddp["bucket_cap_mb"]
+    # fp32 gradients (AMP keeps fp32 master weights and gradients), and DDP's buckets hold a second copy
+    params = PUBLISHED_PARAMS[workload["model"]]
+    assert result.memory_bytes["gradients"] == 4 * params
+    assert result.memory_bytes["ddp_buckets"] == (0 if ddp.get("gradient_as_bucket_view") else 4 * params)
+    assert sum(b.grad_bytes for b in result.buckets) == 4 * params
+    samples_per_step = workload["batch_size"] * micro_steps * gpus
+    assert result.samples_per_s == pytest.approx(samples_per_step / result.step_time_s, rel=1e-12)
+    if "seq_len" in workload:
+        assert result.tokens_per_s == pytest.approx(samples_per_step * workload["seq_len"] / result.step_time_s,
+                                                    rel=1e-12)
+    # communication only adds: a step is never shorter than its compute alone
     assert result.step_time_s >= result.compute_only_s * (1 - 1e-9)
     if "llama7b" in path:
+        # weights, gradients and buckets (4 + 4 + 4 bytes) and Adam's two moments (8): 20 bytes x 6.74e9 = 135 GB
+        # against the H100's 80 GB, before any activation
+        assert 20 * params > 80e9
         assert not result.fits_in_memory and any("does not fit" in w for w in result.warnings)
 
 

@@ -1,5 +1,5 @@
 """A calibration records the models its DDP overheads were fitted on and says when a scenario's model is
-not among them; fitted with ``--comm-terms-fitted-models-only``, it keeps its communication terms for
+not among them; fitted with ``comm_terms_fitted_models_only=True``, it keeps its communication terms for
 those models, and its compute-side and host terms apply to every model."""
 
 import json

@@ -147,6 +147,7 @@ def calibrate(
     overhead terms the runs do not determine are dropped (``fit.fit_overheads_pruned``). With
     ``comm_terms_fitted_models_only`` the file keeps the communication terms for the fitted models only
     (``file.NOT_CARRIED``; not the default, ``file.py`` says why)."""
+    check_stretch_options(fix_measured_stretch, idle_start_wait)
     if not samples:
         raise ScenarioError("no all-reduce measurements to fit the link classes")
     links = fit_links(samples, net_probes)
@@ -181,6 +182,14 @@ def calibrate(
         "measured_overheads": _measured_overheads(stretch, compute_slowdowns),
         "calibration_subset": {"bucket_cap_mb": sorted(caps) if caps is not None else "all"},
     }
+
+
+def check_stretch_options(fix_measured_stretch: bool, idle_start_wait: bool) -> None:
+    """The idle-start wait replaces the all-reduce stretch: fixing one and fitting the other at once
+    would be a silent mixture of two models, so it is refused."""
+    if fix_measured_stretch and idle_start_wait:
+        raise ScenarioError("the idle-start wait replaces the all-reduce stretch: fix the stretch or fit the wait, "
+                            "not both", field="idle_start_wait")
 
 
 def keep_comm_terms_for_fitted_models(entry: dict[str, Any]) -> None:

@@ -53,7 +53,7 @@ NO_EFFECT: dict[str, Any] = {
     "max_inflight_buckets": None,
 }
 # The fitted terms that multiply or delay communication. A calibration fitted with
-# ``--comm-terms-fitted-models-only`` (not the default) leaves them at no effect for a model its overheads
+# ``calibrate(comm_terms_fitted_models_only=True)`` (not the default) leaves them at no effect for a model its overheads
 # were not fitted on: they absorb what is particular to the fitted models (GPT-2's launch-to-launch host
 # time lands in the all-reduce stretch), and a communication-bound model pays them on every byte. Leave one
 # model out (benchmarks/overheads_across_models.py), mean error carried -> not carried: campaign A (4 x H200)
@@ -66,7 +66,7 @@ FITTED_MODELS_ONLY_KEY = "comm_terms_fitted_models_only"
 NOT_CARRIED: tuple[str, ...] = ("allreduce_stretch", "comm_slowdown", "idle_start_wait_s")
 OTHER_MODEL_NOTE = ("a fit's terms carry between models only as far as the models are alike: leave one model "
                     "out, NVLink, 23.7% mean error with the other models' terms and 8.3% without their "
-                    "communication terms (--comm-terms-fitted-models-only), but a held-out communication-bound "
+                    "communication terms (calibrate(comm_terms_fitted_models_only=True)), but a held-out communication-bound "
                     "model 3.2% with them and 4.7% without; docs/model.md")
 
 
@@ -219,7 +219,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     """The scenario with calibrated link, network and overhead values (no file is read here).
 
     ``model``: the workload's name. The sources say when the fitted DDP overheads were fitted on other
-    models; a calibration fitted with ``--comm-terms-fitted-models-only`` then leaves the communication
+    models; a calibration fitted with ``comm_terms_fitted_models_only`` then leaves the communication
     terms (``NOT_CARRIED``) at no effect.
     None: the overheads apply whatever the model (the caller cannot name it)."""
     cluster = scenario.cluster

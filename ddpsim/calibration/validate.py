@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, load_measurements
+from ddpsim.calibration.calibrate import Measurements, calibrate, check_stretch_options, load_measurements
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
@@ -46,7 +46,7 @@ class RunRow:
     nodes: int = 1
     host: str = ""
     fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
-    launch_level: float = 1.0  # measured_s was divided by this (--normalise-launches; 1: as measured)
+    launch_level: float = 1.0  # measured_s was divided by this (normalise_launches; 1: as measured)
     # the prediction's p10 / p90 from the calibration's measured noise (None: the calibration has none)
     predicted_p10_s: float | None = None
     predicted_p90_s: float | None = None
@@ -266,10 +266,9 @@ def validate(
         layouts.append(layout)
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
-    result = _report(measured, rows, layouts, calibration, subset, None, [],
-                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share))
-    result.jitter_from_profile = jitter_from_profile
-    return result
+    return _report(measured, rows, layouts, calibration, subset, None, [],
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share),
+                   jitter_from_profile=jitter_from_profile)
 
 
 def cross_validate(
@@ -297,6 +296,7 @@ def cross_validate(
     """
     if cross not in CROSS_MODES:
         raise ScenarioError(f"expected one of {', '.join(CROSS_MODES)}, got {cross!r}", field="--cross")
+    check_stretch_options(fix_measured_stretch, idle_start_wait)  # before minutes of loading and fitting
     measured = load_measurements(data_dirs)
     key = _FOLD_KEYS[cross]
     parts = sorted({key(run) for run in measured.runs})
@@ -326,11 +326,9 @@ def cross_validate(
     if normalise_launches:
         rows = normalised_by_reference(rows, measured.runs)
     subset = {"bucket_cap_mb": "all" if calibration_caps is None else sorted(float(c) for c in calibration_caps)}
-    result = _report(measured, rows, layouts, None, subset, cross, folds,
-                     (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped)
-    result.comm_terms_fitted_models_only = comm_terms_fitted_models_only
-    result.jitter_from_profile = jitter_from_profile
-    return result
+    return _report(measured, rows, layouts, None, subset, cross, folds,
+                   (max_mape_pct, max_error_pct, max_allreduce_error_pct, min_recommendation_share), skipped,
+                   jitter_from_profile=jitter_from_profile, comm_terms_fitted_models_only=comm_terms_fitted_models_only)
 
 
 def _pool(jobs: int) -> Any:
@@ -477,6 +475,8 @@ def _report(
     folds: list[dict[str, Any]],
     tolerances: tuple[float, float, float, float],
     skipped: list[tuple[str, str]] | None = None,
+    jitter_from_profile: bool = False,
+    comm_terms_fitted_models_only: bool = False,
 ) -> Validation:
     checked = [m for m in layouts if m is not None]
     result = Validation(
@@ -494,7 +494,10 @@ def _report(
         folds=folds,
         profile_warnings=_profile_warnings(measured.runs, measured.profiles),
         launch_drift=launch_drift(measured.runs),
+        jitter_from_profile=jitter_from_profile,
+        comm_terms_fitted_models_only=comm_terms_fitted_models_only,
     )
+    # the tolerances read the report's own groupings (per link class, held-out runs), so they come last
     result.failures = _failures(result, *tolerances)
     return result
 

@@ -1,9 +1,20 @@
-"""Arguments every scenario-taking subcommand shares."""
+"""Arguments every scenario-taking subcommand shares, and the one way a subcommand is declared."""
 
 from __future__ import annotations
 
 import argparse
 import math
+from typing import Any
+
+
+def add_command(sub: Any, name: str, summary: str, examples: tuple[str, str]) -> argparse.ArgumentParser:
+    """A subcommand whose ``--help`` ends with two command lines a reader can paste and adapt."""
+    epilog = "examples:\n" + "\n".join(f"  {line}" for line in examples)
+    parser: argparse.ArgumentParser = sub.add_parser(
+        name, help=summary, description=summary[:1].upper() + summary[1:] + ".", epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:

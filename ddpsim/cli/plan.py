@@ -14,7 +14,7 @@ import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_scenario_args, finite_float
+from ddpsim.cli.args import add_command, add_scenario_args, finite_float
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import DDPSpec, field_specs
 
@@ -51,7 +51,11 @@ def _cap_list(text: str) -> list[float | None]:
 
 
 def register(subparsers: Any) -> None:
-    sweep = subparsers.add_parser("sweep", help="run a grid of scenarios (resumable, parallel)")
+    sweep = add_command(subparsers, "sweep", "run a grid of scenarios (resumable, parallel)", (
+        "ddpsim sweep scenarios/quickstart.yaml --grid ddp.bucket_cap_mb=5,25,100 --out reports/caps",
+        "ddpsim sweep scenarios/h100-2x8-ib400-gpt2.yaml --grid cluster.nodes=1,2,4 "
+        "--grid ddp.bucket_cap_mb=25,100 --out reports/grid --workers 4",
+    ))
     add_scenario_args(sweep)
     sweep.add_argument(
         "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
@@ -63,14 +67,20 @@ def register(subparsers: Any) -> None:
     sweep.add_argument("--yes", action="store_true", help="allow more than 1000 points")
     sweep.set_defaults(handler=cmd_sweep)
 
-    tune = subparsers.add_parser("tune-buckets", help="recommend bucket_cap_mb (and say why)")
+    tune = add_command(subparsers, "tune-buckets", "recommend bucket_cap_mb (and say why)", (
+        "ddpsim tune-buckets scenarios/h100-2x8-ib400-gpt2.yaml",
+        "ddpsim tune-buckets scenarios/quickstart.yaml --candidates 5,25,100,default --out reports/caps",
+    ))
     add_scenario_args(tune)
     tune.add_argument("--candidates", type=_cap_list, metavar="MB,MB,...", help="only choose among these caps")
     tune.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     tune.add_argument("--out", metavar="DIR", help="write bucket_cap.png and recommendation.json here")
     tune.set_defaults(handler=cmd_tune_buckets)
 
-    scale = subparsers.add_parser("scale", help="step time, efficiency and cost vs node count")
+    scale = add_command(subparsers, "scale", "step time, efficiency and cost vs node count", (
+        "ddpsim scale scenarios/h100-2x8-ib400-gpt2.yaml --nodes 1,2,4,8,16 --price-per-gpu-hour 2.5",
+        "ddpsim scale scenarios/a100-4x8-eth100-bert-large.yaml --nodes 1,2,4 --out reports/bert-scale",
+    ))
     add_scenario_args(scale)
     scale.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="e.g. 1,2,4,8,16")
     scale.add_argument("--price-per-gpu-hour", type=finite_float, metavar="PRICE", help="default: the scenario's")
@@ -78,16 +88,24 @@ def register(subparsers: Any) -> None:
     scale.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.md, scaling_efficiency.png")
     scale.set_defaults(handler=cmd_scale)
 
-    var = subparsers.add_parser("variability", help="step-time percentiles under jitter, stragglers, bad links")
+    var = add_command(subparsers, "variability", "step-time percentiles under jitter, stragglers, bad links", (
+        "ddpsim variability scenarios/quickstart.yaml --iterations 50 --jitter-cv 0.05",
+        "ddpsim variability scenarios/h100-2x8-ib400-gpt2.yaml --iterations 20 --straggler-rank 3 "
+        "--straggler-slowdown 1.2 --out reports/straggler",
+    ))
     add_scenario_args(var)
     var.add_argument("--iterations", type=int, required=True, metavar="K", help="steps to simulate")
-    var.add_argument("--jitter-cv", type=finite_float, metavar="CV", help="per-rank compute-time coefficient of variation")
-    var.add_argument("--straggler-rank", type=int, metavar="R")
-    var.add_argument("--straggler-slowdown", type=finite_float, metavar="F", help="e.g. 1.2 = 20%% slower compute")
-    var.add_argument("--degraded-link-factor", type=finite_float, metavar="F", help="fraction of bandwidth rank 0's link keeps")
-    var.add_argument("--seed", type=int)
     var.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     var.add_argument("--out", metavar="DIR", help="write variability.json and step_time_histogram.png")
+    # each is also a scenario field (simulation.*): the flags only spare typing --set
+    what = var.add_argument_group("what varies (the scenario's simulation section otherwise)")
+    what.add_argument("--jitter-cv", type=finite_float, metavar="CV",
+                      help="per-rank compute-time coefficient of variation")
+    what.add_argument("--straggler-rank", type=int, metavar="R")
+    what.add_argument("--straggler-slowdown", type=finite_float, metavar="F", help="e.g. 1.2 = 20%% slower compute")
+    what.add_argument("--degraded-link-factor", type=finite_float, metavar="F",
+                      help="fraction of bandwidth rank 0's link keeps")
+    what.add_argument("--seed", type=int)
     var.set_defaults(handler=cmd_variability)
 
 
@@ -136,12 +154,6 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
             plot_curve(rec, os.path.join(staging, "bucket_cap.png"))
             with open(os.path.join(staging, "recommendation.json"), "w", encoding="utf-8") as handle:
                 json.dump(rec.to_dict(), handle, indent=2)
-        plot_path = os.path.join(args.out, "bucket_cap.png")
-    else:
-        # without --out the plot lands in the current folder, except for --json (stdout is the result)
-        plot_path = "tune-buckets.png"
-        if not args.json:
-            plot_curve(rec, plot_path)
     if args.json:
         print(json.dumps(rec.to_dict(), indent=2))
         return 0
@@ -160,7 +172,7 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
             print(f"  {alt.setting:<30} {format_time(alt.step_time_s):>10}  {'yes' if alt.helps else 'no '}  {alt.note}")
             if alt.helps:
                 print(f"      {alt.paste}")
-    print(f"\nplot: {plot_path}")
+    _say_where_plot(args.out, "bucket_cap.png")
     return 0
 
 
@@ -170,7 +182,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.overrides)
     study = scaling_study(scenario, args.nodes, args.price_per_gpu_hour)
-    plot_path = os.path.join(args.out, "scaling_efficiency.png") if args.out else "scale.png"
     if args.out:
         from ddpsim.outdir import atomic_dir
 
@@ -184,8 +195,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     "Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step.\n\n"
                     "![scaling efficiency](scaling_efficiency.png)\n"
                 )
-    elif not args.json:
-        plot_scaling(study, plot_path)
     if args.json:
         print(json.dumps(study.to_dict(), indent=2))
         return 0
@@ -194,7 +203,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     if study.price_per_gpu_hour is None:
         print("(no price: pass --price-per-gpu-hour or set price_per_gpu_hour in the scenario for cost)")
-    print(f"plot: {plot_path}")
+    _say_where_plot(args.out, "scaling_efficiency.png")
     return 0
 
 
@@ -215,7 +224,6 @@ def cmd_variability(args: argparse.Namespace) -> int:
     )
     scenario = load_scenario(args.scenario, [*args.overrides, *extra])
     study = variability_study(scenario)
-    plot_path = os.path.join(args.out, "step_time_histogram.png") if args.out else "variability.png"
     if args.out:
         from ddpsim.outdir import atomic_dir
 
@@ -223,11 +231,14 @@ def cmd_variability(args: argparse.Namespace) -> int:
             plot_variability(study, os.path.join(staging, "step_time_histogram.png"))
             with open(os.path.join(staging, "variability.json"), "w", encoding="utf-8") as handle:
                 json.dump(study.to_dict(), handle, indent=2)
-    elif not args.json:
-        plot_variability(study, plot_path)
     if args.json:
         print(json.dumps(study.to_dict(), indent=2))
         return 0
     print(variability_table(study, scenario))
-    print(f"plot: {plot_path}")
+    _say_where_plot(args.out, "step_time_histogram.png")
     return 0
+
+
+def _say_where_plot(out: str | None, name: str) -> None:
+    # without --out nothing is written: a command run in any folder leaves that folder as it was
+    print(f"\nplot: {os.path.join(out, name)}" if out else f"\n(plot: pass --out DIR to write {name})")

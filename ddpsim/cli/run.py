@@ -7,12 +7,15 @@ import json
 import os
 from typing import Any
 
-from ddpsim.cli.args import add_scenario_args
+from ddpsim.cli.args import add_command, add_scenario_args
 from ddpsim.results import Result
 
 
 def register(sub: Any) -> None:
-    run = sub.add_parser("run", help="simulate one DDP training step")
+    run = add_command(sub, "run", "simulate one DDP training step", (
+        "ddpsim run scenarios/quickstart.yaml",
+        "ddpsim run scenarios/h100-2x8-ib400-gpt2.yaml --set ddp.bucket_cap_mb=100 --out reports/gpt2",
+    ))
     add_scenario_args(run)
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of every rank")
