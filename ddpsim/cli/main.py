@@ -53,10 +53,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module in (run, plan, validate):
         module.register(sub)
-    # listed here; main() hands it over before this parser is built (it needs torch, not the simulator)
-    sub.add_parser("measure", add_help=False,
-                   help="measure a GPU host (all-reduce sweeps, your models' DDP steps) for calibrate/validate")
+    # main() hands `measure` over before this parser is built (it needs torch, not the simulator); its
+    # options are here for --help, and for callers of build_parser()
+    from ddpsim.measure.args import PARSER_KW, add_arguments
+
+    measure = sub.add_parser("measure", help="measure a GPU host (all-reduce sweeps, your models' DDP steps) "
+                             "for calibrate and validate", **PARSER_KW)  # type: ignore[arg-type]
+    add_arguments(measure).set_defaults(handler=_measure)
     return parser
+
+
+def _measure(args: argparse.Namespace) -> int:
+    from ddpsim.measure.cli import run as measure_run
+
+    return measure_run(args)
 
 
 def remove_stale_staging(folder: str) -> None:
