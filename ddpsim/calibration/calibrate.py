@@ -32,8 +32,8 @@ from ddpsim.calibration.measurements import (
 )
 from ddpsim.calibration.netprobe import read_net_probes
 from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.schema import DDPSpec
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
 # DDP's own arguments a run may record, with PyTorch's default from the scenario schema: a run with
 # any other value is not a plain run, and the overheads are fitted on plain runs only, so that no

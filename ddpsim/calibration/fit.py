@@ -10,10 +10,13 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import statistics
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from statistics import median
 from typing import Any
 
 import numpy as np
@@ -27,13 +30,17 @@ from ddpsim.calibration.curvefit import (
     fit_protocols,
 )
 from ddpsim.calibration.file import NO_EFFECT, SCHEMA, Calibration
+from ddpsim.calibration.measured_scenarios import run_class, run_nodes, run_scenario
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of, launch_key
 from ddpsim.calibration.netprobe import duplex_factor
 from ddpsim.collectives import ProtocolTable
 from ddpsim.collectives.nccl_tuning import NcclTuning
+from ddpsim.collectives.schedules import build_schedule, tree_depth, tree_max_degree
 from ddpsim.errors import ScenarioError
+from ddpsim.outdir import atomic_write_text
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
+from ddpsim.simulation import prepare, simulate
 from ddpsim.spread import sigma_from_p10_p90
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
 
 INTER_NODE_TRANSPORT = nccl_transport_of_class(INTER_NODE_LINK_CLASS)
 
@@ -251,8 +258,6 @@ def fit_network(samples: Sequence[AllReduceSample], one_node: dict[str, dict[str
     describe one endpoint. Without a measurement the endpoint is taken as full duplex, and the entry
     says so.
     """
-    from dataclasses import replace
-
     for s in samples:
         if s.world_size % s.nodes:
             raise ScenarioError(
@@ -341,8 +346,6 @@ def _network_entry(used: Sequence[AllReduceSample], intra_name: str | None, intr
     would add to them (ring plateau, net overhead floor, ring LL's quarter bandwidth) are off.
     ``trees``: forced-Tree rows of the same shapes; the tree's own network hop and bandwidth are
     fitted on them (``_tree_network_fit``), and the entry says when there were none."""
-    from dataclasses import replace
-
     entry = fit_link_class(used)
     if intra is None or not all(s.nccl_protocol for s in used):
         entry["latency_structure"] = "envelope fit (no NCCL log naming every row's protocol, or no one-node fit)"
@@ -475,8 +478,6 @@ def _tree_network_fit(trees: Sequence[AllReduceSample], base_s: dict[str, float]
     protocol (``bandwidth_factor``, the model's ``algorithm_protocol_efficiency`` for the tree
     across nodes), fitted with the hop latency on the rows NCCL's log names, per shape where the
     entry is a shape's."""
-    from ddpsim.collectives.schedules import tree_depth, tree_max_degree
-
     if not trees:
         return None
 
@@ -536,16 +537,12 @@ def _hop_and_bandwidth_per_protocol(
 
 def _ring_hops(world_size: int, gpus_per_node: int) -> tuple[int, int]:
     """(intra-node, inter-node) hops of the ring's latency path as the model's schedule runs it."""
-    from ddpsim.collectives.schedules import build_schedule
-
     path = build_schedule("ring", world_size, gpus_per_node, 1.0, 1)[0].latency_path or ()
     inter = sum(1 for a, b in path if a // gpus_per_node != b // gpus_per_node)
     return len(path) - inter, inter
 
 
 def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any], meta: dict[str, Any]) -> None:
-    from ddpsim.outdir import atomic_write_text
-
     data = {"schema": SCHEMA, "link_classes": link_classes, "overheads": overheads, **meta}
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
 
@@ -569,12 +566,8 @@ def fit_overheads(
     their no-effect value. The entry reports each term's standard error from the Jacobian at the
     optimum, and a warning for every term that ends on a bound of its physical range.
     """
-    from dataclasses import replace
-
     from scipy.optimize import least_squares
 
-    from ddpsim.calibration.measured_scenarios import run_scenario
-    from ddpsim.simulation import prepare, simulate
 
     with_profile = [(r, profiles.for_run(r)) for r in runs]
     runs = [r for r, path in with_profile if path is not None]
@@ -711,10 +704,6 @@ def measure_stretch(
     hook, CUDA events) over the same size called alone (the same campaign's sweep, interpolated in log
     space) is how much slower DDP's all-reduce is by itself. Median over the runs; per-bucket traces of
     campaigns A-D gave 1.4 to 2.2 on NVLink and 1.0 to 1.1 on shared memory and sockets."""
-    from statistics import median
-
-    from ddpsim.calibration.measured_scenarios import run_nodes
-
     # per campaign folder, class and GPU count: size -> the median of its sweeps' times (a folder may
     # hold NCCL's default and a forced Ring sweep of the same sizes)
     sweeps: dict[tuple[str, str, int], dict[int, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -772,10 +761,6 @@ def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     variance is twice the launch sigma squared. Only classes with repeated configurations get a
     launch sigma; the others say so.
     """
-    import math
-
-    from ddpsim.calibration.measured_scenarios import run_class
-
     by_class: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         by_class[run_class(run)].append(run)

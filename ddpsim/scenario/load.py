@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ddpsim.calibration.file import read_calibration
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import (
     FREE_TEXT_KEYS,
@@ -359,8 +360,6 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     calibration = None
     if calibration_path is not None:
         # read once here, at the boundary; the simulation gets the value, never the path
-        from ddpsim.calibration.file import read_calibration
-
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
         calibration = read_calibration(resolved)
     return Scenario(
