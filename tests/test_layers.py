@@ -1,11 +1,13 @@
 """No module imports from a room above it, and no two modules import each other, however indirectly
 (docs/architecture.md draws the same ladder).
 
-The ladder test exempts imports inside ``if TYPE_CHECKING:`` (they only name types); the cycle test
-counts every import: at module level, inside functions and under TYPE_CHECKING, since a circle that
-only one of those hides is still a circle. Both read the source with ``ast``; nothing is imported.
-Importing ``a.b`` also runs ``a/__init__.py``; edges through a package's ``__init__`` are not
-followed (docs/architecture.md, "Package __init__ files", says which remain).
+Three checks read the source with ``ast`` (nothing is imported):
+- the ladder exempts imports inside ``if TYPE_CHECKING:`` (they only name types);
+- the cycle test counts every import: at module level, inside functions and under TYPE_CHECKING, since
+  a circle that only one of those hides is still a circle;
+- the import-time test follows what Python runs when a module is imported first: its module-level
+  imports and, for each, the ``__init__.py`` of every package on the way (importing ``a.b`` runs
+  ``a/__init__.py``). A circle there fails with "partially initialized module" in some import order.
 """
 
 from __future__ import annotations
@@ -65,10 +67,16 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
-def _imported_names(path: pathlib.Path, prefix: str, with_type_checking: bool) -> list[tuple[str, str | None]]:
-    """(module, name imported from it or None) for every import of ``prefix`` anywhere in the file."""
+def _imported_names(path: pathlib.Path, prefix: str, with_type_checking: bool,
+                    module_level_only: bool = False) -> list[tuple[str, str | None]]:
+    """(module, name imported from it or None) for every import of ``prefix`` in the file: anywhere, or
+    only those that run when the module is imported (``module_level_only``: not in a function's body)."""
     tree = ast.parse(path.read_text())
     exempt = set() if with_type_checking else _type_checking_lines(tree)
+    if module_level_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                exempt.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     found: list[tuple[str, str | None]] = []
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in exempt:
@@ -85,17 +93,22 @@ def imports(path: pathlib.Path) -> list[str]:
     return sorted({module for module, _name in _imported_names(path, "ddpsim", with_type_checking=False)})
 
 
-def import_graph(package: pathlib.Path = PACKAGE) -> dict[str, set[str]]:
-    """Module -> the modules of the same package it imports, every import counted. ``from a import b``
-    names module ``a.b`` where that is a module, else ``a``."""
+def import_graph(package: pathlib.Path = PACKAGE, at_import_time: bool = False) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports. ``from a import b`` names module ``a.b``
+    where that is a module, else ``a``. Every import counts, unless ``at_import_time``: then only
+    module-level ones (TYPE_CHECKING blocks do not run either), plus the ``__init__`` of each package
+    they pass through that is not one of the importer's own (those are already running)."""
     paths = {_module_name(p, package): p for p in sorted(package.rglob("*.py"))}
     graph: dict[str, set[str]] = {}
     for module, path in paths.items():
+        own = module.split(".") + ([""] if path.name == "__init__.py" else [])
         targets = set()
-        for imported, name in _imported_names(path, package.name, with_type_checking=True):
+        for imported, name in _imported_names(path, package.name, with_type_checking=not at_import_time,
+                                              module_level_only=at_import_time):
             target = f"{imported}.{name}" if name is not None and f"{imported}.{name}" in paths else imported
-            if target in paths and target != module:
-                targets.add(target)
+            parts = target.split(".")
+            passed = [".".join(parts[:i]) for i in range(1, len(parts)) if parts[:i] != own[:i]] if at_import_time else []
+            targets.update(t for t in (*passed, target) if t in paths and t != module)
         graph[module] = targets
     return graph
 
@@ -190,6 +203,11 @@ def test_no_import_cycle():
     assert not cycles, "import cycles:\n" + "\n".join(" -> ".join(cycle) for cycle in cycles)
 
 
+def test_no_import_time_cycle():
+    cycles = import_cycles(import_graph(at_import_time=True))
+    assert not cycles, "import cycles when a module is imported first:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
 def test_the_checker_sees_an_upward_import():
     # guards the ladder test against passing vacuously
     assert rung("ddpsim.network.flows") < rung("ddpsim.simulation") < rung("ddpsim.cli.main")
@@ -214,3 +232,35 @@ def test_the_checker_sees_a_cycle_hidden_in_a_function_or_type_checking(tmp_path
     assert import_cycles(graph) == [["toy.a", "toy.sub.b", "toy.sub.c", "toy.a"]]
     (package / "sub" / "c.py").write_text("")
     assert import_cycles(import_graph(package)) == []
+
+
+def test_the_import_time_checker_follows_package_inits(tmp_path):
+    # a.py imports sub.b at module level, which runs sub/__init__.py, which imports a: a circle only
+    # through the package's __init__; an import inside a function does not run at import time
+    package = tmp_path / "toy"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("from toy import a\n")
+    (package / "sub" / "b.py").write_text("X = 1\n")
+    (package / "a.py").write_text("from toy.sub.b import X\n")
+    assert import_cycles(import_graph(package)) == []
+    assert import_cycles(import_graph(package, at_import_time=True)) == [["toy.a", "toy.sub", "toy.a"]]
+    (package / "a.py").write_text("def f():\n    from toy.sub.b import X\n")
+    assert import_cycles(import_graph(package, at_import_time=True)) == []
+    # a module's own package is already running when it imports a sibling
+    (package / "sub" / "__init__.py").write_text("from toy.sub import b\n")
+    (package / "sub" / "b.py").write_text("from toy.sub import c\n")
+    (package / "sub" / "c.py").write_text("")
+    assert import_cycles(import_graph(package, at_import_time=True)) == []
+
+
+MAX_MODULE_LINES = 800
+# The GPU harness, torch-only, is split by mode on its own schedule (docs/architecture.md).
+SIZE_EXEMPT = ("ddpsim.measure",)
+
+
+def test_no_module_over_about_800_lines():
+    long = [f"{_module_name(p)}: {n} lines" for p in sorted(PACKAGE.rglob("*.py"))
+            if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES
+            and not any(_under(_module_name(p), room) for room in SIZE_EXEMPT)]
+    assert not long, "split by what each part owns (generated tables are package data):\n" + "\n".join(long)
