@@ -6,6 +6,8 @@ its default, its bounds and a one-line doc. The loader (``load.py``) reads a sec
 these specs, and ``fields_markdown()`` writes the README's field table from them, so a field is
 declared in one place. YAML field names carry no unit suffix because the unit is written in the value
 ("450GB/s"); the dataclass field names do (``bandwidth_Bps``, ``latency_s``), so code never guesses.
+``FieldSpec`` and ``spec()`` live in ``fields.py`` and the overhead terms in ``overheads.py`` (the
+Calibration checks those without knowing the Scenario); both are re-exported here.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ddpsim.scenario.fields import META as META
 from ddpsim.scenario.fields import FieldSpec as FieldSpec
 from ddpsim.scenario.fields import field_specs as field_specs
 from ddpsim.scenario.link_kinds import INTRA_NODE_TYPES
-from ddpsim.scenario.overheads import OverheadSpec
+from ddpsim.scenario.overheads import OverheadSpec as OverheadSpec
 
 if TYPE_CHECKING:
     from ddpsim.calibration.file import Calibration
