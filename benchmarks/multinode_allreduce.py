@@ -34,7 +34,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from ddpsim.calibration.file import SCHEMA, apply_calibration, calibration_from_dict
+from ddpsim.calibration.apply import apply_calibration
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.measurements import AllReduceSample, nccl_log_path, read_nccl_tuning
 from ddpsim.collectives import CollectiveModel

@@ -1,5 +1,6 @@
 """Predicted vs measured effect of each DDP option in every options campaign, and the per-option error
-table the advisor uses (``ddpsim/planning/option_errors.py``, written by ``--write``).
+table the advisor uses (``ddpsim/planning/data/option_errors.json``, written by ``--write``; read by
+``ddpsim/planning/option_errors.py``).
 
 The campaigns (``CAMPAIGNS``): three 4 x H200 allocations (``validation/data/h200x4-options-2026-11-26``,
 ``h200x4-options-2026-11-27`` and ``-27b``, the last two with the whole plan launched twice) and eight 4 x H100
@@ -16,7 +17,7 @@ noise for the pair: the larger relative gap between round 1 and round 2 of the t
 error at the level of that noise can be told from a model error.
 
     .venv/bin/python benchmarks/option_effects.py            # print the table
-    .venv/bin/python benchmarks/option_effects.py --write    # and rewrite ddpsim/planning/option_errors.py
+    .venv/bin/python benchmarks/option_effects.py --write    # and rewrite ddpsim/planning/data/option_errors.json
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ import dataclasses
 import json
 import math
 import os
-import pprint
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -34,6 +34,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.measured_scenarios import run_scenario  # noqa: E402
 from ddpsim.calibration.measurements import read_ddp_runs  # noqa: E402
+from ddpsim.outdir import atomic_write_text  # noqa: E402
+from ddpsim.planning.option_errors import DATA_FILE, format_table  # noqa: E402
 from ddpsim.simulation import simulate  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -53,7 +55,7 @@ OPTIONS = {
     "fp16": {"comm_hook": "fp16"},
     "bf16": {"comm_hook": "bf16"},
 }
-OUT = "ddpsim/planning/option_errors.py"
+OUT = os.path.join("ddpsim/planning", DATA_FILE)
 
 
 def _round_gap(run: dict) -> float | None:
@@ -121,21 +123,8 @@ def error_table(rows: list[dict]) -> dict:
     return table
 
 
-def write_module(table: dict) -> None:
-    body = pprint.pformat(table, width=110, sort_dicts=True)
-    text = (
-        '"""Measured error of ddpsim\'s predicted effect of each DDP option (written by\n'
-        "benchmarks/option_effects.py --write; do not edit by hand).\n\n"
-        f"Source: {SOURCE}, cap 25, NVLink and sockets,\nsimulated with {CALIBRATION}.\n"
-        "Per option: every run's predicted and measured ratio (option step / none step), the RMS of\n"
-        "(predicted - measured) over them, and the median repeat noise of the pairs (the larger relative\n"
-        "gap between the two rounds of the option's and the none run).\n"
-        '"""\n\n'
-        f"SOURCE = {SOURCE!r}\n"
-        f"OPTION_ERRORS: dict = {body}\n"
-    )
-    with open(os.path.join(ROOT, OUT), "w") as f:
-        f.write(text)
+def write_data(table: dict) -> None:
+    atomic_write_text(os.path.join(ROOT, OUT), format_table(SOURCE, CALIBRATION, table))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -160,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{option:13} rms error {t['rms_error']:.3f}  median repeat noise "
                   + (f"{100 * noise:.1f}%" if noise is not None else "-") + f"  (n={t['n']})")
     if a.write:
-        write_module(table)
+        write_data(table)
     return 0
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import simpy
 
-from ddpsim.calibration.file import apply_calibration
+from ddpsim.calibration.apply import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
@@ -27,10 +27,10 @@ from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
+from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.topology import Topology, build_topology
-from ddpsim.topology.link_kinds import link_class_of_type, step_link_class
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 

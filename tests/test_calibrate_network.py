@@ -8,8 +8,9 @@ import shutil
 import pytest
 
 from ddpsim import load_scenario, simulate
+from ddpsim.calibration.apply import apply_calibration
 from ddpsim.calibration.curvefit import ProtocolFit, envelope_s
-from ddpsim.calibration.file import SCHEMA, apply_calibration, calibration_from_dict
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.measurements import AllReduceSample
 

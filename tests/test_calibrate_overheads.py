@@ -7,9 +7,10 @@ from dataclasses import replace
 import pytest
 
 from ddpsim.calibration.file import read_calibration
-from ddpsim.calibration.fit import fit_links, fit_overheads, write_calibration
+from ddpsim.calibration.fit import fit_links, write_calibration
 from ddpsim.calibration.measured_scenarios import run_scenario
 from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
+from ddpsim.calibration.overheads import fit_overheads
 from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -60,8 +61,8 @@ def test_fit_reproduces_runs_generated_with_known_overheads(links):
         run["step_s_median"] = _simulated(run, links, TRUE)
     calibration_runs = [runs[(m, c)] for m in PROFILES for c in (5, 50)]
     fitted = fit_overheads(calibration_runs, Profiles.from_paths(list(PROFILES.values())), links)
-    assert fitted["calibration_mape_pct"] < 0.5
-    params = {k: fitted[k] for k in TRUE}
+    assert fitted.diagnostics.calibration_mape_pct < 0.5
+    params = {k: fitted.values[k] for k in TRUE}
     for (model, cap), run in runs.items():
         if cap in (1, 25):  # held out of the fit
             assert _simulated(run, links, params) == pytest.approx(run["step_s_median"], rel=0.03), (model, cap)
@@ -72,7 +73,8 @@ def test_pruning_keeps_the_terms_that_made_the_runs_and_drops_those_that_did_not
     other fitted term at no effect): the pruned fit keeps both near their values and drops the others.
     Without noise only: with the same steps moved by a fixed +-0.5% the elimination dropped both true
     terms and kept the all-reduce stretch, which trades against them (one reason it is not the default)."""
-    from ddpsim.calibration.fit import NO_EFFECT, fit_overheads_pruned
+    from ddpsim.calibration.file import NO_EFFECT
+    from ddpsim.calibration.overheads import fit_overheads_pruned
 
     true = {**{n: NO_EFFECT[n] for n in ("comm_slowdown", "allreduce_stretch", "bucket_cpu_s", "buffer_sync_s")},
             "compute_slowdown": 1.3, "bucket_launch_s": 40e-6, "max_inflight_buckets": None}
@@ -80,44 +82,44 @@ def test_pruning_keeps_the_terms_that_made_the_runs_and_drops_those_that_did_not
     for run in runs:
         run["step_s_median"] = _simulated(run, links, true)
     fitted = fit_overheads_pruned(runs, Profiles.from_paths(list(PROFILES.values())), links)
-    assert set(fitted["fitted_terms"]) == {"compute_slowdown", "bucket_launch_s"}, fitted["pruned_terms"]
-    assert fitted["compute_slowdown"] == pytest.approx(1.3, rel=0.05)
-    assert fitted["bucket_launch_s"] == pytest.approx(40e-6, rel=0.5)
-    assert not [w for w in fitted["warnings"] if "sits on the upper bound" in w]
+    assert set(fitted.diagnostics.fitted_terms) == {"compute_slowdown", "bucket_launch_s"}, fitted.diagnostics.pruned_terms
+    assert fitted.values["compute_slowdown"] == pytest.approx(1.3, rel=0.05)
+    assert fitted.values["bucket_launch_s"] == pytest.approx(40e-6, rel=0.5)
+    assert not [w for w in fitted.warnings if "sits on the upper bound" in w]
 
 
 def test_pruning_drops_no_effect_terms_then_the_least_determined_one(monkeypatch):
     """The elimination order, on fits whose outcome is set by hand: terms at no effect go first, then the
     term whose standard error exceeds its effect the most; it stops when every kept term is determined."""
-    from ddpsim.calibration import fit
+    from ddpsim.calibration import overheads
+    from ddpsim.calibration.overheads import FitDiagnostics, OverheadFit
 
     seen = []
 
     def fake_fit(runs, profiles, link_calibration, measured_terms=None, terms=None):
         names = list(terms)
         seen.append(names)
-        entry = {"fitted_terms": names, "at_no_effect": [], "standard_error": {}, "warnings": []}
         values = {"bucket_launch_s": 0.0, "comm_slowdown": 1.5, "compute_slowdown": 1.2, "allreduce_stretch": 1.1,
                   "bucket_cpu_s": 5e-6, "buffer_sync_s": 1e-3}
         se = {"comm_slowdown": 2.0, "compute_slowdown": 0.05, "allreduce_stretch": 0.3, "bucket_cpu_s": 1e-6,
               "buffer_sync_s": 1e-4}
-        for n in names:
-            entry[n] = values[n]
-            entry["standard_error"][n] = se.get(n)
-        entry["at_no_effect"] = [n for n in names if n == "bucket_launch_s"]
-        return entry
+        diagnostics = FitDiagnostics(
+            calibration_mape_pct=0.0, calibration_max_error_pct=0.0, calibration_runs=0, fitted_terms=names,
+            measured_terms=[], standard_error={n: se.get(n) for n in names},
+            at_no_effect=[n for n in names if n == "bucket_launch_s"])
+        return OverheadFit(values={n: values[n] for n in names}, models=[], diagnostics=diagnostics, warnings=[])
 
-    monkeypatch.setattr(fit, "fit_overheads", fake_fit)
-    result = fit.fit_overheads_pruned([], None, None)
+    monkeypatch.setattr(overheads, "fit_overheads", fake_fit)
+    result = overheads.fit_overheads_pruned([], None, None)
     # round 1 drops bucket_launch_s (no effect) and comm_slowdown (se 2.0 > effect 0.5, the worst ratio);
     # round 2 drops allreduce_stretch (se 0.3 > effect 0.1); round 3 keeps the rest (all determined)
-    assert result["pruned_terms"] == ["bucket_launch_s", "comm_slowdown", "allreduce_stretch"]
+    assert result.diagnostics.pruned_terms == ["bucket_launch_s", "comm_slowdown", "allreduce_stretch"]
     assert seen[-1] == ["compute_slowdown", "bucket_cpu_s", "buffer_sync_s"]
     assert len(seen) == 3
 
 
 def test_undetermined_fits_are_warned_of():
-    from ddpsim.calibration.fit import _determination_warnings
+    from ddpsim.calibration.overheads import _determination_warnings
 
     names = ["compute_slowdown", "comm_slowdown", "bucket_launch_s"]
     params = {"compute_slowdown": 1.8, "comm_slowdown": 1.2, "bucket_launch_s": 0.0}
@@ -129,3 +131,22 @@ def test_undetermined_fits_are_warned_of():
     warned = _determination_warnings(12, names, params, se, ["bucket_launch_s"])
     assert len(warned) == 1 and warned[0].startswith("1 of 3 fitted terms")
     assert warned[0].endswith("compute_slowdown = 1.8 +- 1") and "comm_slowdown" not in warned[0]
+
+
+def test_a_fit_is_written_as_the_entry_a_calibration_file_reads_back():
+    from ddpsim.calibration.file import NO_EFFECT, SCHEMA, calibration_from_dict
+    from ddpsim.calibration.overheads import FitDiagnostics, OverheadFit
+
+    values = {**NO_EFFECT, "compute_slowdown": 1.4, "bucket_launch_s": 30e-6}
+    diagnostics = FitDiagnostics(calibration_mape_pct=2.0, calibration_max_error_pct=5.0, calibration_runs=8,
+                                 fitted_terms=["compute_slowdown", "bucket_launch_s"], measured_terms=[],
+                                 standard_error={"compute_slowdown": 0.1, "bucket_launch_s": None}, at_no_effect=[])
+    fit = OverheadFit(values=values, models=["resnet50"], diagnostics=diagnostics, warnings=["a warning"])
+    entry = fit.entry()
+    assert "pruned_terms" not in entry  # only a pruned fit says what it pruned
+    assert entry["warnings"] == ["a warning"] and entry["calibration_runs"] == 8
+    read = calibration_from_dict({"schema": SCHEMA, "link_classes": {}, "overheads": {"nvlink": entry}}, "<fit>")
+    assert read.overhead_values("nvlink", 4) == values
+    assert read.overhead_models("nvlink", 4) == ["resnet50"]
+    pruned = OverheadFit(values, ["resnet50"], replace(diagnostics, pruned_terms=["comm_slowdown"]), []).entry()
+    assert pruned["pruned_terms"] == ["comm_slowdown"]

@@ -12,8 +12,8 @@ import shutil
 import pytest
 
 from ddpsim.calibration.calibrate import calibrate, load_measurements
-from ddpsim.calibration.fit import measure_stretch
 from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.calibration.overheads import measure_stretch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

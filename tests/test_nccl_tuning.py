@@ -12,7 +12,8 @@ from dataclasses import replace
 
 import pytest
 
-from ddpsim.calibration.file import SCHEMA, apply_calibration, calibration_from_dict
+from ddpsim.calibration.apply import apply_calibration
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.measurements import nccl_log_path, read_harness_allreduce, read_nccl_tuning
 from ddpsim.collectives import CollectiveModel, ProtocolTable

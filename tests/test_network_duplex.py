@@ -9,8 +9,9 @@ import os
 
 import pytest
 
+from ddpsim.calibration.apply import apply_calibration
 from ddpsim.calibration.calibrate import load_measurements
-from ddpsim.calibration.file import SCHEMA, apply_calibration, calibration_from_dict
+from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.calibration.fit import fit_links, ring_duplex_multiplier
 from ddpsim.calibration.netprobe import direction, duplex_factor, read_net_probes
 from ddpsim.cli import main

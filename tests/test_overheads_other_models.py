@@ -9,9 +9,10 @@ from dataclasses import replace
 import pytest
 
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links, fit_overheads
+from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.measured_scenarios import run_scenario
 from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
+from ddpsim.calibration.overheads import fit_overheads
 from ddpsim.errors import ScenarioError
 from ddpsim.simulation import prepare, simulate
 
@@ -128,7 +129,7 @@ def test_the_fit_records_the_models_of_its_runs(links):
     for run in runs:
         run["step_s_median"] = _step(run, calibration, FITTED)[0]
     entry = fit_overheads(runs, Profiles.from_paths(list(PROFILES.values())), calibration, starts=[{}])
-    assert entry["models"] == ["gpt2-124m", "resnet50"]  # each once, sorted
+    assert entry.models == ["gpt2-124m", "resnet50"]  # each once, sorted
 
 
 def test_calibrate_writes_the_flag_into_every_entry_it_fits(links):

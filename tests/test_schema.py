@@ -11,6 +11,7 @@ import pytest
 
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario import fields_markdown, load_scenario, scenario_from_dict
+from ddpsim.scenario.link_kinds import INTRA_NODE_TYPES
 from ddpsim.scenario.schema import (
     ALGORITHMS,
     COMM_HOOKS,
@@ -30,7 +31,6 @@ from ddpsim.scenario.schema import (
     WorkloadSpec,
     field_specs,
 )
-from ddpsim.topology.link_kinds import INTRA_NODE_TYPES
 
 README = os.path.join(os.path.dirname(__file__), "..", "README.md")
 MINIMAL = {"workload": {"model": "mlp", "batch_size": 8}, "cluster": {"gpu": "H100-SXM"}}

@@ -13,14 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, SCHEMA, Calibration, calibration_from_dict
-from ddpsim.calibration.fit import (
-    IDLE_WAIT_TERMS,
-    fit_links,
-    fit_noise,
-    fit_overheads,
-    fit_overheads_pruned,
-    measure_stretch,
-)
+from ddpsim.calibration.fit import fit_links, fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import (
     AllReduceSample,
@@ -31,9 +24,10 @@ from ddpsim.calibration.measurements import (
     read_harness_allreduce,
 )
 from ddpsim.calibration.netprobe import read_net_probes
+from ddpsim.calibration.overheads import IDLE_WAIT_TERMS, fit_overheads, fit_overheads_pruned, measure_stretch
 from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.schema import DDPSpec
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
 
 # DDP's own arguments a run may record, with PyTorch's default from the scenario schema: a run with
 # any other value is not a plain run, and the overheads are fitted on plain runs only, so that no
@@ -141,10 +135,10 @@ def calibrate(
     Noise is measured on every run given, plain or not (the spread is the measurement's, not a fit).
     The all-reduce stretch is measured from ``timing_runs``' per-bucket traces and reported; with
     ``fix_measured_stretch`` the fit takes it as given instead of fitting it. With ``idle_start_wait``
-    the fit replaces the stretch by a wait per all-reduce started on an idle stream (fit.IDLE_WAIT_TERMS).
+    the fit replaces the stretch by a wait per all-reduce started on an idle stream (overheads.IDLE_WAIT_TERMS).
     ``net_probes``: the harness's point-to-point patterns across nodes; the network fit takes its
     endpoint's duplex factor from them (``netprobe.duplex_factor``). With ``prune_undetermined`` the
-    overhead terms the runs do not determine are dropped (``fit.fit_overheads_pruned``). With
+    overhead terms the runs do not determine are dropped (``overheads.fit_overheads_pruned``). With
     ``comm_terms_fitted_models_only`` the file keeps the communication terms for the fitted models only
     (``file.NOT_CARRIED``; not the default, ``file.py`` says why)."""
     check_stretch_options(fix_measured_stretch, idle_start_wait)
@@ -231,12 +225,12 @@ def _fit_class(
 ) -> dict[str, Any]:
     terms = IDLE_WAIT_TERMS if idle_start_wait else None
     fit = fit_overheads_pruned if prune_undetermined else fit_overheads
-    entry = fit(runs, profiles, link_fits, measured_terms=measured, terms=terms)
+    entry = fit(runs, profiles, link_fits, measured_terms=measured, terms=terms).entry()
     by_world: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for run in runs:
         by_world[int(run["world_size"])].append(run)
     if len(by_world) > 1:
-        entry["by_world_size"] = {str(w): fit(group, profiles, link_fits, measured_terms=measured, terms=terms)
+        entry["by_world_size"] = {str(w): fit(group, profiles, link_fits, measured_terms=measured, terms=terms).entry()
                                   for w, group in sorted(by_world.items())}
     return entry
 

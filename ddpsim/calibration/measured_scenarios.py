@@ -13,9 +13,9 @@ from typing import Any
 
 from ddpsim.calibration.file import Calibration
 from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, intra_type_of_class
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import COMM_HOOKS, Scenario
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, intra_type_of_class
 
 # nvidia-smi names -> catalog names
 _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100"), ("V100", "V100"), ("B200", "B200"))

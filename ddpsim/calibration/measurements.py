@@ -16,7 +16,7 @@ from typing import Any
 from ddpsim.collectives.nccl_tuning import TUNED_ALGORITHMS, NcclTuning
 from ddpsim.collectives.protocols import PROTOCOL_NAMES
 from ddpsim.errors import ScenarioError
-from ddpsim.topology.link_kinds import LINK_CLASSES
+from ddpsim.scenario.link_kinds import LINK_CLASSES
 
 # the harness names a run's intra-node transport by its calibration link class
 HARNESS_TRANSPORTS = tuple(c for c in LINK_CLASSES if c != "net")

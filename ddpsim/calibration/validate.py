@@ -23,7 +23,7 @@ from ddpsim.calibration.measured_scenarios import run_class, run_label, run_node
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.errors import ScenarioError
 from ddpsim.planning.advisor import pick_cap
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS, step_link_class
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, step_link_class
 
 ALLREDUCE_CHECK_MIN_BYTES = 64 * 1024
 ALLREDUCE_CHECK_MAX_BYTES = 1 << 30
@@ -157,9 +157,9 @@ def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir:
 
 def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibration) -> list[AllReduceRow]:
     from ddpsim.collectives import CollectiveModel
+    from ddpsim.scenario.link_kinds import intra_type_of_class
     from ddpsim.scenario.load import scenario_from_dict
     from ddpsim.topology import build_topology
-    from ddpsim.topology.link_kinds import intra_type_of_class
 
     rows = []
     models: dict[tuple[str, int], Any] = {}

@@ -18,7 +18,7 @@ copied):
 - ``src/graph/tuning.cc`` ``ncclTopoGetAlgoTime``: time_us = latency x (ring plateau) +
   bytes / (1000 x bandwidth x correction), where
   * correction: for Tree, ``treeCorrectionFactor[protocol][k]`` with k = floor(log2(bytes / 64)),
-    k < 23 (the same table ``protocols._NCCL_TREE_CORRECTION_STEPS`` holds), 1 otherwise;
+    k < 23 (``NCCL_TREE_CORRECTION_STEPS`` below), 1 otherwise;
   * ring plateau: ring Simple all-reduce on more than one node, once bytes / (channels x ranks)
     >= 64, latency x 1.4 (compute capability >= 8.0; 1.9 before). ``channels`` is the
     communicator's channel count ("N coll channels" in the log).
@@ -29,13 +29,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ddpsim.collectives.protocols import _NCCL_TREE_CORRECTION_STEPS, PROTOCOL_NAMES
-
 # the algorithms NCCL's table has that ddpsim simulates, in NCCL's scanning order (NCCL_ALGO_TREE 0,
 # NCCL_ALGO_RING 1): a tie goes to the first
 TUNED_ALGORITHMS = ("tree", "ring")
+# NCCL's protocols in its scanning order (NCCL_PROTO_LL 0, LL128 1, SIMPLE 2)
+PROTOCOL_NAMES = ("ll", "ll128", "simple")
 _US = 1e-6
 _GBPS = 1e9
+# tuning.cc ``treeCorrectionFactor`` (NCCL 2.19-2.28): tree bandwidth factor per protocol, entry k
+# for sizes with floor(log2(nBytes >> 6)) == k, i.e. 64 B x 2^k up to twice that; none from 512 MiB.
+NCCL_TREE_CORRECTION_STEPS = {
+    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
+    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
+    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
+}
 # tuning.cc ncclTopoGetAlgoTime "Plateau effect of ring": x1.4 from compute capability 8.0 (the
 # GPUs ddpsim models: A100, H100, H200), x1.9 before
 NCCL_RING_PLATEAU_FACTOR = 1.4
@@ -74,7 +81,7 @@ class NcclTuning:
         latency_s = self.latency_s[(algorithm, protocol)]
         if algorithm == "tree":
             step = _log2_floor(int(nbytes) >> 6)
-            steps = _NCCL_TREE_CORRECTION_STEPS[protocol]
+            steps = NCCL_TREE_CORRECTION_STEPS[protocol]
             if 0 <= step < len(steps):
                 bandwidth_Bps *= steps[step]
         plateau = (algorithm == "ring" and protocol == "simple" and self.nodes > 1

@@ -72,14 +72,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from ddpsim.collectives.nccl_tuning import NcclTuning
+from ddpsim.collectives.nccl_tuning import NCCL_TREE_CORRECTION_STEPS, PROTOCOL_NAMES, NcclTuning
 
-PROTOCOL_NAMES = ("ll", "ll128", "simple")
 HOP_LATENCY_MODES = ("scaled", "absolute", "additive")
 _US = 1e-6
 
@@ -125,13 +123,6 @@ def _nccl_algorithm_efficiency() -> dict[str, float]:
     return {"tree": 0.92}
 
 
-# tuning.cc ``treeCorrectionFactor`` (NCCL 2.19-2.28): tree bandwidth factor per protocol, entry k
-# for sizes with floor(log2(nBytes >> 6)) == k, i.e. 64 B x 2^k up to twice that; none from 512 MiB.
-_NCCL_TREE_CORRECTION_STEPS = {
-    "ll": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0),
-    "ll128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0),
-    "simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9),
-}
 _STEP_EDGE = 1 - 1e-9  # a knot just below the next power of two keeps each step flat
 
 
@@ -140,7 +131,7 @@ def _nccl_tree_size_correction() -> dict[str, tuple[tuple[float, float], ...]]:
     return {
         protocol: tuple(knot for k, factor in enumerate(steps)
                         for knot in ((64.0 * 2**k, factor), (64.0 * 2 ** (k + 1) * _STEP_EDGE, factor)))
-        for protocol, steps in _NCCL_TREE_CORRECTION_STEPS.items()
+        for protocol, steps in NCCL_TREE_CORRECTION_STEPS.items()
     }
 
 
@@ -308,7 +299,6 @@ class ProtocolTable:
 
         Raises KeyError, TypeError or ValueError on unknown fields or malformed keys.
         """
-        from ddpsim.collectives.nccl_tuning import NcclTuning  # it imports this module
         unknown = set(data) - {"base_latency_s", "hop_latency_s", "bandwidth_efficiency",
                                "transport_efficiency", "hop_latency_mode", "algorithm_efficiency",
                                "tree_size_correction", "tree_chain_bound", "reference_link_latency_s",

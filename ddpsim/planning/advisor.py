@@ -221,7 +221,8 @@ def _alternatives(evaluator: _Evaluator, cap: float | None, best: Result) -> lis
             verdict = f"predicted {100 * gain:.1f}% faster, but within this option's measured error"
         else:
             verdict = "no worthwhile gain"
-        error = OPTION_ERRORS.get(option, {}).get("rms_error")
+        entry = OPTION_ERRORS.get(option)
+        error = entry["rms_error"] if entry is not None else None
         found.append(Alternative(setting, result.step_time_s, helps, f"{verdict} ({confidence}); {note}", paste,
                                  error, confidence))
 

@@ -358,7 +358,10 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     calibration_path = plain["calibration_path"]
     calibration = None
     if calibration_path is not None:
-        # read once here, at the boundary; the simulation gets the value, never the path
+        # read once here, at the boundary; the simulation gets the value, never the path. Imported here, not at
+        # the top: ddpsim/scenario/__init__ exports this loader, and calibration/file.py pulls in the collectives
+        # and topology packages, which import the schema: a circle through package __init__ files
+        # (tests/test_layers.py::test_no_import_time_cycle)
         from ddpsim.calibration.file import read_calibration
 
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)

@@ -6,21 +6,34 @@ its default, its bounds and a one-line doc. The loader (``load.py``) reads a sec
 these specs, and ``fields_markdown()`` writes the README's field table from them, so a field is
 declared in one place. YAML field names carry no unit suffix because the unit is written in the value
 ("450GB/s"); the dataclass field names do (``bandwidth_Bps``, ``latency_s``), so code never guesses.
+``FieldSpec`` and ``spec()`` live in ``fields.py`` and the overhead terms in ``overheads.py`` (the
+Calibration checks those without knowing the Scenario); both are re-exported here.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ddpsim.topology.link_kinds import INTRA_NODE_TYPES
-from ddpsim.units import parse_bandwidth_Bps, parse_size_bytes, parse_time_s
+from ddpsim.scenario.fields import (
+    BANDWIDTH_BOUNDS,
+    FACTOR_BOUNDS,
+    KIND_TEXT,
+    LATENCY_BOUNDS,
+    REQUIRED,
+    section,
+    spec,
+)
+from ddpsim.scenario.fields import META as META
+from ddpsim.scenario.fields import FieldSpec as FieldSpec
+from ddpsim.scenario.fields import field_specs as field_specs
+from ddpsim.scenario.link_kinds import INTRA_NODE_TYPES
+from ddpsim.scenario.overheads import OverheadSpec as OverheadSpec
 
 if TYPE_CHECKING:
     from ddpsim.calibration.file import Calibration
 
-# Each vocabulary is declared once, here (link types in ddpsim/topology/link_kinds.py).
+# Each vocabulary is declared once, here (link types in ddpsim/scenario/link_kinds.py).
 PRECISIONS = ("fp32", "bf16-amp", "fp16-amp")
 INTER_NODE_TYPES = ("rail-fat-tree", "fat-tree", "ethernet", "none")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
@@ -40,97 +53,6 @@ MAX_CUSTOM_GPUS = 4096  # a custom graph is routed with networkx, pair by pair
 MAX_CUSTOM_LINKS = 65_536
 MAX_PER_RANK_GPUS = 16_384  # every rank its own process (detailed mode, jitter, a straggler): ~1 GB
 MAX_RANK_STEPS = 1_000_000  # simulated ranks x iterations: each keeps a trace in memory
-
-# How a value is written in YAML; ``fields_markdown`` shows these words.
-KIND_TEXT = {
-    "text": "text",
-    "int": "integer",
-    "number": "number",
-    "bool": "true / false",
-    "choice": "one of",
-    "bandwidth": 'bandwidth ("450GB/s", "400Gbps")',
-    "time": 'time ("3us", "1.5ms")',
-    "mib": 'MiB (5) or a size ("25MB", "25MiB")',
-    "path": "file path",
-    "section": "section",
-    "list": "list",
-}
-_PARSERS = {"bandwidth": parse_bandwidth_Bps, "time": parse_time_s, "size": parse_size_bytes}
-
-META = "ddpsim"
-
-
-@dataclass(frozen=True)
-class FieldSpec:
-    """One YAML field: key, kind, default (as written in YAML), bounds and doc.
-
-    ``default`` is ``REQUIRED``, ``None`` (optional: absent means "not set") or a value as a user
-    would write it ("40us", 2.0). ``low_rule`` / ``high_rule`` phrase a bound for messages.
-    """
-
-    key: str
-    kind: str
-    doc: str
-    default: Any = None
-    choices: tuple[str, ...] = ()
-    minimum: float | None = None  # inclusive
-    above: float | None = None  # exclusive lower bound
-    maximum: float | None = None  # inclusive
-    low_rule: str = ""  # how a value below the lower bound is told ("is a factor >= 1")
-    high_rule: str = ""  # how a value above the upper bound is told
-    default_text: str = ""  # when the default is not a plain value ("by type", "one per GPU")
-
-    @property
-    def required(self) -> bool:
-        return self.default is REQUIRED
-
-    def si_default(self) -> Any:
-        """The default in the dataclass's unit (what a missing field becomes)."""
-        if self.default is None or self.default is REQUIRED:
-            return None
-        parser = _PARSERS.get(self.kind)
-        return parser(self.default) if parser is not None else self.default
-
-
-class _Required:
-    def __repr__(self) -> str:
-        return "REQUIRED"
-
-
-REQUIRED: Any = _Required()
-
-
-def spec(key: str, kind: str, doc: str, default: Any = None, *, code_default: bool = True, **bounds: Any) -> Any:
-    """A dataclass field described by a FieldSpec; its Python default is the YAML default in SI.
-
-    ``code_default=False`` keeps the field required in Python (an earlier field has no default, or the
-    default depends on another field, as intra-node bandwidth on the link type).
-    """
-    field_spec = FieldSpec(key, kind, doc, default, **bounds)
-    metadata = {META: field_spec}
-    if field_spec.required or not code_default:
-        return dataclasses.field(metadata=metadata)
-    return dataclasses.field(default=field_spec.si_default(), metadata=metadata)
-
-
-def section(key: str, doc: str, factory: Any = None, *, optional: bool | None = None) -> Any:
-    """A nested section; ``optional`` (default: it has a factory) says whether YAML may omit it."""
-    omittable = factory is not None if optional is None else optional
-    metadata = {META: FieldSpec(key, "section", doc, None if omittable else REQUIRED)}
-    if factory is None:
-        return dataclasses.field(metadata=metadata)
-    return dataclasses.field(default_factory=factory, metadata=metadata)
-
-
-def field_specs(cls: type) -> list[tuple[str, FieldSpec]]:
-    """(attribute name, FieldSpec) of every YAML field of a dataclass, in declaration order."""
-    return [(f.name, f.metadata[META]) for f in dataclasses.fields(cls) if META in f.metadata]
-
-
-_FACTOR: dict[str, Any] = {"minimum": 1.0, "maximum": 1000.0, "low_rule": "is a factor >= 1"}
-_BANDWIDTH: dict[str, Any] = {"minimum": 1e3, "maximum": 1e15}  # 1 kB/s to 1 PB/s: beyond, times underflow or explode
-_LATENCY: dict[str, Any] = {"minimum": 0.0, "maximum": 3600.0}
-
 
 @dataclass(frozen=True)
 class WorkloadSpec:
@@ -157,7 +79,7 @@ INTRA_DEFAULTS = {
     "shm": ("28GB/s", "8us"),
     "socket": ("4GB/s", "30us"),
 }
-assert tuple(INTRA_DEFAULTS) == INTRA_NODE_TYPES, "one default per link kind of topology/link_kinds.py"
+assert tuple(INTRA_DEFAULTS) == INTRA_NODE_TYPES, "one default per link kind of scenario/link_kinds.py"
 _BANDWIDTH_BY_TYPE = "by type: " + ", ".join(f"{t} {bw}" for t, (bw, _lat) in INTRA_DEFAULTS.items())
 _LATENCY_BY_TYPE = "by type: " + ", ".join(f"{t} {lat}" for t, (_bw, lat) in INTRA_DEFAULTS.items())
 
@@ -169,9 +91,9 @@ class IntraNodeSpec:
     type: str = spec("type", "choice", "the links between the GPUs of a node", "nvswitch",
                      code_default=False, choices=INTRA_NODE_TYPES)
     bandwidth_Bps: float = spec("bandwidth", "bandwidth", "per GPU per direction", None, code_default=False,
-                                default_text=_BANDWIDTH_BY_TYPE, **_BANDWIDTH)
+                                default_text=_BANDWIDTH_BY_TYPE, **BANDWIDTH_BOUNDS)
     latency_s: float = spec("latency", "time", "per hop", None, code_default=False, default_text=_LATENCY_BY_TYPE,
-                            **_LATENCY)
+                            **LATENCY_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -181,8 +103,8 @@ class InterNodeSpec:
     type: str = spec("type", "choice", "rail-fat-tree: NIC i of every node on rail i", "rail-fat-tree",
                      code_default=False, choices=INTER_NODE_TYPES)
     nic_bandwidth_Bps: float = spec("nic_bandwidth", "bandwidth", "per NIC per direction", "400Gbps",
-                                    code_default=False, **_BANDWIDTH)
-    latency_s: float = spec("latency", "time", "per network hop", "5us", code_default=False, **_LATENCY)
+                                    code_default=False, **BANDWIDTH_BOUNDS)
+    latency_s: float = spec("latency", "time", "per network hop", "5us", code_default=False, **LATENCY_BOUNDS)
     oversubscription: float = spec("oversubscription", "number", "ratio of the fabric (1 = non-blocking)", 1.0,
                                    minimum=1.0, maximum=1000.0, low_rule="is a ratio >= 1 (1 = non-blocking)")
     nics_per_node: int | None = spec("nics_per_node", "int", "NICs of a node", None, minimum=1,
@@ -201,8 +123,8 @@ class InterNodeSpec:
 class TopologyLink:
     a: str = spec("a", "text", "a vertex name", REQUIRED)
     b: str = spec("b", "text", "another vertex name", REQUIRED)
-    bandwidth_Bps: float = spec("bandwidth", "bandwidth", "per direction", REQUIRED, **_BANDWIDTH)
-    latency_s: float = spec("latency", "time", "of the link", "1us", **_LATENCY)
+    bandwidth_Bps: float = spec("bandwidth", "bandwidth", "per direction", REQUIRED, **BANDWIDTH_BOUNDS)
+    latency_s: float = spec("latency", "time", "of the link", "1us", **LATENCY_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -273,47 +195,6 @@ class CollectiveSpec:
 
 
 @dataclass(frozen=True)
-class OverheadSpec:
-    """DDP costs beyond compute and wire time; defaults are used until a calibration replaces them.
-
-    The defaults of ``bucket_launch_s`` (40 us) and ``compute_slowdown`` (2.0) are what ``ddpsim
-    calibrate`` fitted on 4 x H200 over NVLink (validation/data, caps 5 and 50, both world sizes);
-    the other terms default to "no effect": the same fit's in-flight limit (1) and buffer sync (2 ms)
-    describe that machine and ResNet-50's BatchNorm buffers more than DDP in general. Every slowdown
-    is a factor >= 1 (1 = no effect).
-    """
-
-    bucket_launch_s: float = spec("bucket_launch", "time",
-                                  "per bucket, on the communication stream before its all-reduce", "40us", **_LATENCY)
-    copy_bandwidth_Bps: float | None = spec("copy_bandwidth", "bandwidth", "gradient copies into and out of buckets",
-                                            None, default_text="70% of GPU memory bandwidth", **_BANDWIDTH)
-    compute_slowdown: float = spec("compute_slowdown", "number",
-                                   "compute runs this many times slower while an all-reduce is in flight", 2.0,
-                                   **_FACTOR)
-    comm_slowdown: float = spec("comm_slowdown", "number",
-                                "an all-reduce runs this many times slower while compute kernels run", 1.0, **_FACTOR)
-    allreduce_stretch: float = spec("allreduce_stretch", "number",
-                                    "every all-reduce inside DDP takes this many times the isolated call", 1.0,
-                                    **_FACTOR)
-    idle_start_wait_s: float = spec("idle_start_wait", "time",
-                                    "an all-reduce that starts on an idle NCCL stream waits this long for the "
-                                    "other ranks; one queued behind another does not", "0us", **_LATENCY)
-    max_inflight_buckets: int | None = spec("max_inflight_buckets", "int",
-                                            "the launch path blocks after this many outstanding all-reduces", None,
-                                            minimum=1, maximum=1_000_000, default_text="never blocks")
-    bucket_cpu_s: float = spec("bucket_cpu", "time",
-                               "per bucket, on the compute stream (a CPU-bound launch holding up backward)", "0us",
-                               **_LATENCY)
-    hook_cpu_s: float = spec("hook_cpu", "time",
-                             "per bucket with a comm hook: DDP calling the Python hook and its future callback "
-                             "on the backward thread (measured 135us on 4 x H200, microbench.jsonl of "
-                             "validation/data/h200x4-options-2026-11-26)", "135us", **_LATENCY)
-    buffer_sync_s: float = spec("buffer_sync", "time",
-                                "DDP's per-step buffer broadcast beyond its wire time (BatchNorm models)", "0ms",
-                                **_LATENCY)
-
-
-@dataclass(frozen=True)
 class SimulationSpec:
     """How to simulate."""
 
@@ -328,7 +209,7 @@ class SimulationSpec:
     straggler_rank: int | None = spec("straggler_rank", "int", "one rank whose compute is slower", None, minimum=0,
                                       maximum=MAX_WORLD_SIZE - 1, default_text="none")
     straggler_slowdown: float = spec("straggler_slowdown", "number", "the straggler's compute takes this many times "
-                                     "longer", 1.0, **_FACTOR)
+                                     "longer", 1.0, **FACTOR_BOUNDS)
     degraded_link_factor: float = spec("degraded_link_factor", "number", "rank 0's first network hop runs at this "
                                        "fraction of its bandwidth", 1.0, above=0.0, maximum=1.0,
                                        high_rule="is the fraction of bandwidth left, at most 1")

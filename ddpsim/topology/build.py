@@ -22,12 +22,12 @@ import networkx as nx
 import numpy as np
 
 from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import INTRA_NODE_TYPES, NCCL_TRANSPORTS, nccl_transport_of_type
 from ddpsim.scenario.schema import (
     INTER_NODE_TYPES,
     ClusterSpec,
     CustomTopologySpec,
 )
-from ddpsim.topology.link_kinds import INTRA_NODE_TYPES, NCCL_TRANSPORTS, nccl_transport_of_type
 
 # How a GPU-to-GPU hop is carried, the key protocol latencies are looked up by (NCCL's NVLINK,
 # PCI and NET hardware classes, plus host shared memory which has its own measured behaviour).

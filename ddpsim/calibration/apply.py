@@ -1,0 +1,159 @@
+"""A Scenario and its Calibration in, the calibrated Scenario, its protocol table and where every
+value came from out; no file is read here (``file.py`` read and checked the calibration).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddpsim.calibration.file import NO_EFFECT, NOT_CARRIED, OTHER_MODEL_NOTE
+from ddpsim.collectives.protocols import ProtocolTable
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
+from ddpsim.scenario.provenance import bandwidth_text, inter_node_source, intra_node_source, overheads_source
+from ddpsim.scenario.schema import Scenario
+from ddpsim.units import format_time
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """A scenario with the calibration's values in place, its protocol table, and where each came from."""
+
+    scenario: Scenario
+    protocol_table: ProtocolTable | None
+    sources: dict[str, str]
+
+
+def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrated:
+    """The scenario with calibrated link, network and overhead values (no file is read here).
+
+    ``model``: the workload's name. The sources say when the fitted DDP overheads were fitted on other
+    models; a calibration fitted with ``calibrate(comm_terms_fitted_models_only=True)`` then leaves the communication
+    terms (``NOT_CARRIED``) at no effect.
+    None: the overheads apply whatever the model (the caller cannot name it)."""
+    cluster = scenario.cluster
+    sources = {"intra-node link": intra_node_source(scenario), "DDP overheads": overheads_source(scenario),
+               "protocol table": "NCCL's defaults"}
+    if cluster.nodes > 1:
+        sources["inter-node network"] = inter_node_source(scenario)
+    calibration = scenario.calibration
+    if calibration is None:
+        return Calibrated(scenario, None, sources)
+    link_class = link_class_of_type(cluster.intra_node.type)
+    cite = f"calibration {calibration.source}"
+    fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
+    if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
+        # one GPU per node has no intra-node link: every hop is the network's
+        intra, table = cluster.intra_node, None
+        sources["intra-node link"] = "none (one GPU per node)"
+    elif fitted is None:
+        known = ", ".join(sorted(calibration.link_classes))
+        raise ScenarioError(
+            f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
+        )
+    else:
+        intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
+        sources["intra-node link"] = f"{cite} {where}" + _replaced_written(scenario, {
+            "cluster.intra_node.bandwidth": (cluster.intra_node.bandwidth_Bps, intra.bandwidth_Bps, bandwidth_text),
+            "cluster.intra_node.latency": (cluster.intra_node.latency_s, intra.latency_s, format_time),
+        })
+        sources["protocol table"] = f"{cite} {where}"
+        table = fitted.protocol_table
+    inter = cluster.inter_node
+    overhead_class = link_class
+    if cluster.nodes > 1:
+        network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
+        if network is None:
+            sources["inter-node network"] = f"{sources['inter-node network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
+        else:
+            # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
+            # the bandwidth each GPU gets through the network
+            inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
+                            duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
+            written = cluster.inter_node
+            sources["network endpoint duplex"] = (
+                f"{cite} {net_where}.duplex_factor {inter.duplex_factor:.2f}: "
+                f"{network.raw.get('duplex_source', 'not recorded')}"
+                + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
+                                               (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
+            table = _with_network(table, network.protocol_table)
+            sources["inter-node network"] = f"{cite} {net_where}" + _replaced_written(scenario, {
+                "cluster.inter_node.nic_bandwidth": (written.nic_bandwidth_Bps, inter.nic_bandwidth_Bps, bandwidth_text),
+                "cluster.inter_node.latency": (written.latency_s, inter.latency_s, format_time),
+            })
+            sources["protocol table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
+            if INTER_NODE_LINK_CLASS in calibration.overheads:
+                overhead_class = INTER_NODE_LINK_CLASS
+    values = calibration.overhead_values(overhead_class, cluster.world_size)
+    fitted_on = calibration.overhead_models(overhead_class, cluster.world_size)
+    other_model = model is not None and fitted_on is not None and model not in fitted_on
+    if values and other_model and calibration.comm_terms_fitted_models_only(overhead_class, cluster.world_size):
+        values = {name: (NO_EFFECT[name] if name in NOT_CARRIED else value) for name, value in values.items()}
+        sources["DDP overheads"] = (f"{cite} overheads.{overhead_class} without {', '.join(NOT_CARRIED)} (no "
+                                    f"effect: the calibration keeps them for the models they were fitted on, "
+                                    f"{', '.join(fitted_on or [])}, not {model})")
+    elif values:
+        sources["DDP overheads"] = f"{cite} overheads.{overhead_class}" + (
+            f" (fitted on {', '.join(fitted_on or [])}, not on {model}: carried; {OTHER_MODEL_NOTE})"
+            if other_model else "")
+    overheads = replace(scenario.overheads, **values)
+    collective = scenario.collective
+    if collective.algorithm == "auto" and fitted is not None and fitted.algorithm and cluster.nodes == 1:
+        # the algorithm NCCL ran when the link class was measured, on one node
+        collective = replace(collective, algorithm=fitted.algorithm)
+    if cluster.topology is not None:
+        _custom_topology_sources(sources, intra, inter, cluster.nodes > 1)
+        inter = replace(inter, duplex_factor=1.0)
+    calibrated = replace(
+        scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter), overheads=overheads, collective=collective
+    )
+    return Calibrated(calibrated, table, sources)
+
+
+def _replaced_written(scenario: Scenario, fields: dict[str, tuple[float, float, Any]]) -> str:
+    """The values the scenario's file wrote that the calibration's fit replaces, as text to append to a
+    source line: a user who wrote a number must see that it is not the one in force. ``fields`` maps a
+    dotted field to (written value, value in force, formatter). A custom topology's own links decide, so
+    there the calibration's values are reported as not applied instead."""
+    if scenario.cluster.topology is not None:
+        return ""
+    replaced = [f"{name.rsplit('.', 1)[-1]} {fmt(written)}" for name, (written, used, fmt) in fields.items()
+                if name not in scenario.defaulted_fields and not math.isclose(written, used, rel_tol=1e-9)]
+    if not replaced:
+        return ""
+    return f"; replaces the scenario's {', '.join(replaced)} (the calibration's value is in force)"
+
+
+def _custom_topology_sources(sources: dict[str, str], intra: Any, inter: Any, multi_node: bool) -> None:
+    """A custom graph routes over its own links: say so where the calibration fitted rates it cannot use
+    (its protocol table and overheads still apply)."""
+    custom = "custom topology (cluster.topology): each link's own bandwidth and latency"
+    sources["intra-node link"] = (f"{custom}; not applied: {sources['intra-node link']} "
+                                  f"({intra.bandwidth_Bps / 1e9:.3g} GB/s)")
+    if multi_node:
+        sources["inter-node network"] = (f"{custom}; not applied: {sources['inter-node network']} "
+                                         f"({inter.nic_bandwidth_Bps / 1e9:.3g} GB/s)")
+    if "network endpoint duplex" in sources:
+        sources["network endpoint duplex"] = f"not applied (custom topology): {sources['network endpoint duplex']}"
+
+
+def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) -> ProtocolTable | None:
+    """The network's table (its base latencies describe a collective across nodes) plus the intra-node
+    class's hop latencies and efficiencies for the hops inside a node."""
+    if network is None or intra is None:
+        return network or intra
+    # one protocol runs a collective end to end: what NCCL enables across the network holds for it
+    return replace(
+        network,
+        hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},
+        transport_efficiency={**intra.transport_efficiency, **network.transport_efficiency},
+    )
+
+
+def _duplex_factor(entry: dict[str, Any], source: str, where: str) -> float:
+    value = entry.get("duplex_factor", 1.0)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 <= value <= 1:
+        raise ScenarioError(f"expected a fraction in [0.5, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
+    return float(value)
