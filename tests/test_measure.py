@@ -215,3 +215,17 @@ def test_the_torchrun_nnodes_way_across_hosts_records_two_nodes(tmp_path, free_p
     assert {(r["world_size"], r["nodes"], r["gpus_per_node"], r["nodes_emulated"]) for r in runs} == {(2, 2, 1, False)}
     sweeps = [json.loads(x) for x in (out / "allreduce.jsonl").read_text().splitlines()]
     assert sweeps and sweeps[0]["nodes"] == 2 and sweeps[0]["rows"]
+
+
+def test_a_wheel_carries_the_measure_package():
+    # what setuptools packs, by the pyproject's own rule (include ddpsim*): the harness is in the wheel
+    import tomllib
+    from pathlib import Path
+
+    setuptools = pytest.importorskip("setuptools")
+    root = Path(__file__).resolve().parents[1]
+    rule = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    found = setuptools.find_packages(str(root), include=rule["include"])
+    assert "ddpsim.measure" in found
+    assert {"cli.py", "args.py", "plans.py", "worker.py", "hf.py", "__main__.py"} <= {
+        p.name for p in (root / "ddpsim" / "measure").glob("*.py")}

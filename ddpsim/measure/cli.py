@@ -120,9 +120,20 @@ def summary_lines(out: str, models: list[str]) -> list[str]:
         last = str(bad[-1].get("error") or "").strip().splitlines()[-1:] or [""]
         lines.append(f"  {len(bad)} DDP runs failed; the last: {bad[-1].get('model')} cap "
                      f"{bad[-1].get('bucket_cap_mb')}: {last[0][:300]}")
-    lines += ["", "next:", f"  ddpsim calibrate {out} --out {os.path.join(out, 'calibration.json')}",
-              f"  ddpsim validate {out}"]
+    lines += ["", "next:"] + _next_commands(out, bool(runs), bool(sweeps), sorted(profiled))
     return lines
+
+
+def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[str]) -> list[str]:
+    """What the folder is good for, from what it holds."""
+    cal = os.path.join(out, "calibration.json")
+    if have_runs:
+        return [f"  ddpsim calibrate {out} --out {cal}", f"  ddpsim validate {out}"]
+    if have_sweeps:  # the probe: links only, the DDP overheads come from a calibration of other hosts
+        return [f"  ddpsim calibrate {out} --links-only --out {cal}   (the links of this allocation)"]
+    stems = ", ".join(profiled) or "none"
+    return [f"  profiles only (one GPU, or no sweep ran): use one as `workload.model: profile:{out}/profiles/"
+            f"<model>.json` in a scenario (profiled: {stems}); calibrate needs a host of 2 or more GPUs"]
 
 
 def main(argv: list[str] | None = None) -> int:
