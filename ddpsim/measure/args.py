@@ -57,7 +57,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
                     help="wall-clock budget, e.g. 10m (default: the plan's, 10 minutes at most)")
     ap.add_argument("--shapes", default=None, metavar="NxG,...",
                     help="nodes x GPUs per node; N > 1 emulates N nodes on this host (default: 1xG for all "
-                         "G GPUs, and 1x2 on a bigger host)")
+                         "G GPUs)")
     ap.add_argument("--link-classes", default=",".join(LINK_CLASSES), metavar="LIST",
                     help="intra-node link classes to force: nvlink (NCCL's default), shm, socket")
     ap.add_argument("--fresh", action="store_true", help="delete DIR's earlier results first")

@@ -105,7 +105,9 @@ def summary_lines(out: str, models: list[str]) -> list[str]:
         for c in classes:
             mine = [r for r in runs if r.get("model") == model and str(r.get("transport")) == c]
             if mine:
-                cells.append(f"{c} {sum(r.get('status') == 'ok' for r in mine)}/{len(mine)} runs ok")
+                skipped = sum(r.get("status") == "skipped" for r in mine)
+                cells.append(f"{c} {sum(r.get('status') == 'ok' for r in mine)}/{len(mine)} runs ok"
+                             + (f" ({skipped} skipped: the budget ran out; --budget or fewer models)" if skipped else ""))
         prof = "profile ok" if model in profiled else "NO PROFILE (its runs cannot be predicted)"
         lines.append(f"  {model}: {prof}; " + ("; ".join(cells) if cells else "no DDP runs"))
     for c in classes:

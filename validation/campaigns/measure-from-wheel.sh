@@ -2,7 +2,7 @@
 # The GPU proof of `ddpsim measure` (issue #25): installs the wheel built from this repo (--no-deps: torch is
 # the only thing the GPU host has), writes a model of the user's own into a temporary folder outside the repo,
 # and measures it with the default plan (arguments, if any, replace the default models and budget). Run by the device tool from the repo root with .whl/ carried and
-# $OUT set; the campaign lands in $OUT/campaign.
+# $OUT set; the campaign comes back as $OUT/campaign.tar.gz.
 set -e
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/ddpsim-*.whl
@@ -65,4 +65,6 @@ if [ $# -eq 0 ]; then
   set -- --model lab_models:decoder@batch=8@precision=bf16@optimizer=adamw --model hf:GPT2Config@batch=8 \
          --model resnet50 --budget 8m
 fi
-/tmp/site/bin/ddpsim measure --out $OUT/campaign "$@" 2>&1 | grep -v '^\[worker' | tee $OUT/measure.log | grep -v "^socket_w\|^nvlink_w\|^shm_w" | tail -60
+# the device tool returns at most 8 files from $OUT: the campaign is written elsewhere and comes back packed
+/tmp/site/bin/ddpsim measure --out /tmp/campaign "$@" 2>&1 | grep -v '^\[worker' | tee $OUT/measure.log | grep -v "^socket_w\|^nvlink_w\|^shm_w" | tail -60
+cp /tmp/campaign/campaign.tar.gz $OUT/
