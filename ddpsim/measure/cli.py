@@ -130,7 +130,9 @@ def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[
     """What the folder is good for, from what it holds."""
     cal = os.path.join(out, "calibration.json")
     if have_runs:
-        return [f"  ddpsim calibrate {out} --out {cal}", f"  ddpsim validate {out}"]
+        return [f"  ddpsim calibrate {out} --out {cal}   (fits the DDP overheads on the runs at caps 5 and 50)",
+                f"  ddpsim validate {out} --calibration {cal}   (predicts the runs the fit left out)",
+                f"  ddpsim validate {out} --cross model   (each model predicted by a fit on the others)"]
     if have_sweeps:  # the probe: links only, the DDP overheads come from a calibration of other hosts
         return [f"  ddpsim calibrate {out} --links-only --out {cal}   (the links of this allocation)"]
     stems = ", ".join(profiled) or "none"
