@@ -45,8 +45,8 @@ def test_every_figure_is_accounted_for():
             assert figure["why"], figure["id"]  # a figure not regenerated says why
             continue
         assert figure["calibration_saw"] and figure["held_out"], figure["id"]
-        named = {row["stage"] for row in figure.get("rows", [])} | {row.get("uncalibrated_stage") for row in
-                                                                     figure.get("rows", [])} - {None}
+        rows = figure.get("rows", [])
+        named = ({row.get("stage") for row in rows} | {row.get("uncalibrated_stage") for row in rows}) - {None}
         if "stage" in figure:
             named.add(figure["stage"])
         for stage in named:

@@ -5,6 +5,7 @@ figure's manifest entry and returns the Markdown it stands for; every number in 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -132,3 +133,128 @@ RENDERERS: dict[str, Callable[[dict[str, Any], Stages], str]] = {
     "multinode_by_campaign": multinode_by_campaign,
     "heldout_by_model": heldout_by_model,
 }
+
+
+# --- figures read from the text a function stage prints (its committed output.txt) ---------------------------
+
+_SHIPPED = re.compile(r"^(?P<cal>\S.*?)\s{2,}(?P<pool>\S.*?)\s+(?P<shape>\dx\d)\s+(?P<runs>\d+)\s+(?P<mean>[\d.]+)\s+"
+                      r"(?P<max>[\d.]+)\s+(?P<bias>[+-]?[\d.]+)$")
+
+
+def shipped_multinode(fig: dict[str, Any], stages: Stages) -> str:
+    cells: dict[tuple[str, str, str], str] = {}
+    for line in stages.text(fig["stage"]).splitlines():
+        if m := _SHIPPED.match(line):
+            cells[(m["cal"], m["pool"], m["shape"])] = f"{m['mean']} / {m['max']} ({m['bias']})"
+    if not cells:
+        raise FigureError(f"{stages.output_path(fig['stage'])}: no per-shape rows (figure {fig['id']})")
+    rows = [[row["label"], row["gpu_label"]] + [cells.get((row["calibration"], row["pool"], shape), "-")
+                                                for shape in fig["shapes"]] for row in fig["rows"]]
+    return _table(["calibration", "GPU of the predicted runs"] + fig["shape_labels"], rows)
+
+
+_REPEAT = re.compile(r"^  (?P<option>\S+(?: but \S+)?)\s+(?P<cases>\d+) cases,\s+(?P<counted>\d+) counted: direction "
+                     r"(?P<direction>\d+) of \d+, size (?P<size>\d+) of \d+$")
+
+
+def option_repeat(fig: dict[str, Any], stages: Stages) -> str:
+    found = {m["option"]: m for line in stages.text(fig["stage"]).splitlines() if (m := _REPEAT.match(line))}
+    rows = []
+    for label, option in fig["options"]:
+        if option not in found:
+            raise FigureError(f"{stages.output_path(fig['stage'])}: no tally for {option!r} (figure {fig['id']})")
+        m = found[option]
+        rows.append([label, m["cases"], m["counted"], m["direction"], m["size"]])
+    return _table(["option", "cases in both launches", "both beyond 5% the same way", "direction right",
+                   "size within 1.5x"], rows)
+
+
+def concurrent_profile(fig: dict[str, Any], stages: Stages) -> str:
+    """The 'all runs' line of each allocation's section: its first two mean / max pairs are the profile alone
+    on GPU 0 and every GPU at once."""
+    sections: dict[str, list[tuple[str, str]]] = {}
+    current = None
+    for line in stages.text(fig["stage"]).splitlines():
+        if m := re.match(r"^(\S+): step ms", line):
+            current = m[1]
+        elif current and line.startswith("  all runs"):
+            sections[current] = re.findall(r"([\d.]+) /\s+([\d.]+)", line)[:2]
+    rows = []
+    for row in fig["rows"]:
+        pairs = sections.get(row["campaign"])
+        if not pairs or len(pairs) < 2:
+            raise FigureError(f"{stages.output_path(fig['stage'])}: no 'all runs' line for {row['campaign']}")
+        rows.append([row["label"]] + [f"{a}% / {b}%" for a, b in pairs])
+    return _table(fig["headers"], rows)
+
+
+def option_directions(fig: dict[str, Any], stages: Stages) -> str:
+    lines = stages.text(fig["stage"]).splitlines()
+    header = lines[0].split()
+    machines = [word for word in header if word not in ("option", "link", "model", "meas/pred", "counted", "direction",
+                                                         "magnitude")]
+    effects: dict[tuple[str, str], dict[str, str]] = {}
+    for line in lines[1:]:
+        words = re.sub(r"/\s+", "/", line).split()
+        if len(words) == len(machines) + 6 and words[1] == fig["link"]:
+            effects[(words[0], words[2])] = dict(zip(machines, words[3:3 + len(machines)], strict=True))
+    rows = []
+    for label, option in fig["options"]:
+        cells = [label, fig["machines_label"]]
+        for model in fig["models"]:
+            per_machine = effects.get((option, model))
+            if per_machine is None:
+                raise FigureError(f"{stages.output_path(fig['stage'])}: no row {option} {model} (figure {fig['id']})")
+            cells.append(", ".join(per_machine[m] for m in fig["machines"]))
+        rows.append(cells)
+    return _table(["option", "machine"] + fig["model_labels"], rows)
+
+
+RENDERERS.update({
+    "shipped_multinode": shipped_multinode,
+    "option_repeat": option_repeat,
+    "concurrent_profile": concurrent_profile,
+    "option_directions": option_directions,
+})
+
+
+_DDP_SPLIT = re.compile(r"^fit .*?\s{2,}(?P<group>net \dx\d)\s+(?P<runs>\d+)\s+(?P<fm>[\d.]+) /\s+(?P<fx>[\d.]+) /\s+"
+                        r"(?P<fb>[+-]?[\d.]+)\s+(?P<mm>[\d.]+) /\s+(?P<mx>[\d.]+) /\s+(?P<mb>[+-]?[\d.]+)$")
+_PAIR = re.compile(r"([\d.]+) /\s+([\d.]+)")
+
+
+def network_duplex(fig: dict[str, Any], stages: Stages) -> str:
+    """DDP rows: a campaign's 'DDP runs of' section, full duplex against the measured duplex factor; all-reduce
+    rows: a campaign's sweep section, the from-1-MiB pair of each (second and fourth mean / max)."""
+    ddp: dict[tuple[str, str], re.Match[str]] = {}
+    sweeps: dict[tuple[str, str], list[tuple[str, str]]] = {}
+    campaign = section = ""
+    for line in stages.text(fig["stage"]).splitlines():
+        if m := re.match(r"^DDP runs of (\S+), ", line):
+            campaign, section = m[1], "ddp"
+        elif m := re.match(r"^(\S+): (fit .*)$", line):
+            campaign, section = m[1], m[2]
+        elif section == "ddp" and (m := _DDP_SPLIT.match(line)):
+            ddp[(campaign, m["group"])] = m
+        elif section and line.startswith("  ") and len(pairs := _PAIR.findall(line)) == 4:
+            sweeps[(campaign, f"{section}: {line.split('  ')[1].strip()}")] = pairs
+    rows = []
+    for row in fig["rows"]:
+        if row["kind"] == "ddp":
+            m = ddp.get((row["campaign"], row["group"]))
+            if m is None:
+                raise FigureError(f"{stages.output_path(fig['stage'])}: no DDP split {row['group']} of {row['campaign']}")
+            full, measured = f"{m['fm']}% / {m['fx']}%", f"{m['mm']}% / {m['mx']}%"
+            if row.get("bias"):
+                full, measured = f"{full} (bias {m['fb']})", f"{measured} (bias {m['mb']})"
+            rows.append([row["label"], row["fitted"], row["predicted"].format(runs=m["runs"]), full, measured])
+        else:
+            found = sweeps.get((row["campaign"], row["sweep"]))
+            if found is None:
+                raise FigureError(f"{stages.output_path(fig['stage'])}: no sweep {row['sweep']!r} of {row['campaign']}")
+            rows.append([row["label"], row["fitted"], row["predicted"], "{}% / {}%".format(*found[1]),
+                         "{}% / {}%".format(*found[3])])
+    return _table(["allocation", "fitted sweeps", "predicted", "full duplex (before)", "measured duplex factor"], rows)
+
+
+RENDERERS["network_duplex"] = network_duplex

@@ -9,21 +9,21 @@ each with its own campaign's profiles; links, network, duplex factor and DDP ove
 calibration. Neither calibration saw any of these runs. Per (calibration, campaign, shape): mean / max
 absolute error and the mean signed error (bias); then pooled: R, S, T; all four H100 allocations; Q, V, W.
 
-    .venv/bin/python benchmarks/shipped_multinode.py
+    python -m validation.evidence --stage shipped-multinode
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.json",
                 "U (H100, probe)": "validation/calibration-h100x4-multinode.json"}
 # campaign -> (the pools it is counted in, folder)
@@ -61,6 +61,16 @@ def main() -> int:
         print()
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/shipped-multinode/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """Shape transfer across emulated nodes, with and without the network endpoint's measured duplex factor.
 
-Run: ``.venv/bin/python benchmarks/network_duplex.py``.
+Run: ``python -m validation.evidence --stage network-duplex``.
 
 The duplex factor is measured by the harness's ``--net-probe`` (point-to-point transfers, and on S and T
 also a broadcast against a two-rank all-reduce between two endpoints; ``ddpsim.calibration.netprobe``).
@@ -16,22 +16,21 @@ below 1 MiB and from 1 MiB, per held-out sweep.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
 from typing import Any
-
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-from multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402
 
 from ddpsim.calibration.calibrate import load_measurements  # noqa: E402
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_links  # noqa: E402
 from ddpsim.calibration.netprobe import duplex_factor, read_net_probes  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages.multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROBED = "h200x4-multinode-2026-11-27"
 # campaigns whose own --net-probe measured their endpoint (each uses its own factor; the others carry PROBED's)
 OWN_PROBE = (PROBED, "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
@@ -185,6 +184,16 @@ def _probe_records(probe_dir: str, shapes: set[str] | None = None) -> list[dict[
     records = read_net_probes(os.path.join(probe_dir, "netprobe.jsonl"))
     return [r for r in records if shapes is None or f"{r['nodes']}x{r['gpus_per_node']}" in shapes]
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/network-duplex/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """ddpsim against all-reduce and DDP step times others measured (the shared external data folder).
 
-Run: ``.venv/bin/python benchmarks/external_accuracy.py [--data DIR]`` (default: $DDPSIM_EXTERNAL_DIR
+Run: ``python -m validation.evidence.stages.external_accuracy [--data DIR]`` (default: $DDPSIM_EXTERNAL_DIR
 or ../shared/external). Every table says what was fitted on which rows; errors are reported only on
 rows no fit used. Error = predicted / measured - 1; bias < 0 means ddpsim predicts too fast.
 """
@@ -8,16 +8,18 @@ rows no fit used. Error = predicted / measured - 1; bias < 0 means ddpsim predic
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import sys
 import warnings
 
 from validation import external as ext
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=None, help="folder of the external CSVs")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     data = args.data
     if not ext.available(data):
         print(f"external data not found in {data or ext.default_dir()}", file=sys.stderr)
@@ -65,6 +67,16 @@ def main() -> int:
         print(f"  {d.gpus:>5} {d.percentile:>4} {d.measured_diff_pct:>+11.1f} {d.predicted_diff_pct:>+12.2f}  {d.same_sign}")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/external-accuracy/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main([])
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -14,24 +14,25 @@ every option at cap 25 on 4 and on 2 GPUs, the whole plan launched twice). Predi
 ``validation/calibration-h200x4.json`` (another H200 allocation's plain runs at caps 5 and 50; no option
 was fitted).
 
-    .venv/bin/python benchmarks/option_repeat.py [CAMPAIGN_DIR ...]
+    python -m validation.evidence.stages.option_repeat [CAMPAIGN_DIR ...]
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import re
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# the same rule as the per-machine count: direction and size within a factor 1.5 of one predicted change
-from benchmarks.option_directions import CALIBRATION, THRESHOLD, _right  # noqa: E402
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# the same rule as the per-machine count: direction and size within a factor 1.5 of one predicted change
+from validation.evidence.stages.option_directions import CALIBRATION, THRESHOLD, _right  # noqa: E402
+
 DEFAULT_CAMPAIGNS = ["validation/data/h200x4-options-2026-11-27", "validation/data/h200x4-options-2026-11-27b"]
 
 
@@ -91,6 +92,16 @@ def main(campaigns: list[str]) -> int:
         print(f"  {name:14s} {loud} of {quiet}")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/option-repeat/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main(DEFAULT_CAMPAIGNS)
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:] or DEFAULT_CAMPAIGNS))

@@ -1,6 +1,6 @@
 """All-reduce across emulated nodes: fit the network on some shapes, predict the shapes it never saw.
 
-Run: ``.venv/bin/python benchmarks/multinode_allreduce.py [DATA_DIR]`` (default: the committed
+Run: ``python -m validation.evidence.stages.multinode_allreduce [DATA_DIR]`` (default: the committed
 ``validation/data/h200x4-multinode-2026-11-26``). For each split the intra-node class (NVLink) is
 fitted on the one-node sweeps (1x2, 1x4, forced Ring) and the network class ``net`` on the forced-Ring
 sweeps of the training shapes (the first four splits: the model's tree without tree data), or on their
@@ -25,7 +25,9 @@ allocation, two allocations of one GPU type, or of two GPU types.
 
 from __future__ import annotations
 
+import contextlib
 import glob
+import io
 import json
 import os
 import sys
@@ -40,8 +42,8 @@ from ddpsim.calibration.measurements import AllReduceSample, nccl_log_path, read
 from ddpsim.collectives import CollectiveModel
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.topology import build_topology
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
 # never-calibrated allocations whose sweeps of a shape this campaign also has are predicted from it
@@ -218,7 +220,7 @@ def main(argv: list[str]) -> int:
     path = os.path.join(data, "allreduce.jsonl")
     records = _load(data)
     one_node = [s for r in records if r["nodes"] == 1 and r.get("algorithm_forced") == "ring" for s in _samples(r, path)]
-    print(f"data: {data}\n")
+    print(f"data: {os.path.relpath(data, ROOT)}\n")
     print(f"{'split / held-out shape':58s} {'algorithm':9s} {'<1 MiB mean/max %':>18s} {'>=1 MiB mean/max %':>19s} {'auto = NCCL':>11s}"
           f" {'as repeat <1 MiB':>18s} {'as repeat >=1 MiB':>19s}  repeat measured on")
     for title, train, test, algorithms, launch, reported in SPLITS:
@@ -274,6 +276,16 @@ def main(argv: list[str]) -> int:
     print("\n".join(spread_table(sweeps)))
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/multinode-allreduce/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main([])
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

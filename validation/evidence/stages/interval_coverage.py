@@ -18,23 +18,23 @@ The second part does the same across emulated nodes: ``validation/calibration-h2
 its noise from M's own launches) against the same fit with the spread measured between four other probed
 allocations (Q, R, S, T), predicting U, V and W, which took part in neither.
 
-    .venv/bin/python benchmarks/interval_coverage.py
+    python -m validation.evidence --stage interval-coverage
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ddpsim.calibration.calibrate import noise_runs  # noqa: E402
 from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_noise  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
 CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
 NOISE_FROM = tuple(f"h100x4-options-2026-11-26{s}" for s in ("", "b", "c", "d", "e", "f", "g", "h"))
@@ -102,6 +102,16 @@ def main() -> int:
     _compare(MULTINODE_CALIBRATION, MULTINODE_NOISE_FROM, MULTINODE_HELD_OUT)
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/interval-coverage/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

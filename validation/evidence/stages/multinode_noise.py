@@ -1,6 +1,6 @@
 """How much the emulated multi-node measurements move on one allocation: the floor any prediction meets.
 
-Run: ``.venv/bin/python benchmarks/multinode_noise.py`` (output in ``multinode_noise_output.txt``).
+Run: ``python -m validation.evidence --stage multinode-noise`` (output in validation/reports/multinode-noise/output.txt).
 
 For every campaign whose shapes were launched twice (``--repeat 1``: a sweep launch and a repeat launch of
 the same shape on the same machine allocation) or probed more than once per launch (``--net-probe-rounds``):
@@ -15,6 +15,8 @@ Nothing here is predicted or fitted; it only reads the committed records.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import statistics
 import sys
@@ -23,8 +25,8 @@ from typing import Any
 
 from ddpsim.calibration.measurements import launch_key, read_jsonl
 from ddpsim.calibration.netprobe import read_net_probes, round_ratios
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGNS = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")
 
 
@@ -94,6 +96,16 @@ def main() -> int:
               f"{statistics.median(between):.3f}, max {max(between):.3f} ({len(between)} shapes)")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/multinode-noise/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

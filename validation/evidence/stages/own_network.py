@@ -16,23 +16,23 @@ machine's own fit. The four 2026-11-27 campaigns (Q, R, S, T) measured their net
 factor (``--net-probe``), which their own fit uses; a fourth variant carries Q's factor into the own fit of
 each campaign that has no probe.
 
-    .venv/bin/python benchmarks/own_network.py
+    python -m validation.evidence --stage own-network
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ddpsim.calibration.calibrate import load_measurements  # noqa: E402
 from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_links  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
              "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b",
@@ -89,6 +89,16 @@ def main() -> int:
                 print(f"  {label:16s} {row}")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/own-network/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,16 +10,19 @@ backward thread launched the last bucket (host clock from the start of backward)
 all-reduce ended (GPU clock): a later last launch means a slower backward thread; the same last launch with
 a later end would mean a slower all-reduce tail.
 
-    .venv/bin/python benchmarks/find_unused_traces.py
+    python -m validation.evidence --stage find-unused-traces
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from validation.evidence import ROOT  # noqa: E402
+
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-find-unused-traces-2026-11-27", "ddp_runs.jsonl")
 
 
@@ -46,6 +49,16 @@ def main() -> int:
               f"{last_launch[1]:15.1f}   {last_end[0]:12.1f} {last_end[1]:12.1f}")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/find-unused-traces/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

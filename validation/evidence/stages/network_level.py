@@ -1,6 +1,6 @@
 """Does the probe of a launch tell how fast its network ran? Raw against probe-normalised DDP errors.
 
-Run: ``.venv/bin/python benchmarks/network_level.py`` (output in ``network_level_output.txt``).
+Run: ``python -m validation.evidence --stage network-level`` (output in validation/reports/network-level/output.txt).
 
 The same configuration launched twice on one allocation differs by up to 24% on the emulated network
 (``multinode_noise.py``), and the probe shows the network's own speed moving with it (U's 2x1 repeat launch:
@@ -21,6 +21,8 @@ cluster has no probe of the launch to come. Both errors are reported; DDP overhe
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import statistics
@@ -31,8 +33,8 @@ from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.validate import predict_run
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 REFERENCE = "validation/calibration-h200x4-multinode.json"
 # the campaigns whose probe has NCCL's collectives (S, T, U, V, W)
 CAMPAIGNS = ("h100x4-multinode-2026-11-27b", "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d",
@@ -123,6 +125,16 @@ def _report(pooled: dict[str, tuple[list[float], list[float]]], kind: str, campa
     pool[0].extend(raw)
     pool[1].extend(normalised)
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/network-level/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

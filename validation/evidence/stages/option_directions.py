@@ -14,21 +14,21 @@ out). Two counts:
   * per machine: every (machine, model, link, option) cell whose measured effect exceeds 5%, every
     campaign included: direction right, and predicted change within a factor 1.5.
 
-    .venv/bin/python benchmarks/option_directions.py
+    python -m validation.evidence --stage option-directions
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import sys
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26",
              "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c",
              "H100d": "validation/data/h100x4-options-2026-11-26d", "H100e": "validation/data/h100x4-options-2026-11-26e",
@@ -103,6 +103,16 @@ def main() -> int:
         print(f"  {name:13s} {right} of {n} right, {close} of {n} within 1.5x")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/option-directions/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,21 +8,21 @@ per step from the profile's own step p10..p90 (a lognormal, nothing fitted) and 
 simulated steps. The calibrations were fitted without it and are used as shipped. Each campaign below is
 predicted with and without it; none of them was used to fit the calibration that predicts it.
 
-    .venv/bin/python benchmarks/profile_jitter.py
+    python -m validation.evidence --stage profile-jitter
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import statistics
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
 # calibration -> the campaigns it never saw (A's own held-out caps are in A, fitted on its caps 5 and 50)
 HELD_OUT = {
@@ -69,6 +69,16 @@ def main() -> int:
         print(f"  {'':30s} {link_class:12s} {len(without):4d}   {_stats(without):>14s}   {_stats(with_):>14s}")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/profile-jitter/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,11 +13,13 @@ For each folder this prints each model's profiled step, the runs' own compute (t
 launch and never used to predict), and the error of ``ddpsim validate`` with each set of profiles.
 Calibration: validation/calibration-h200x4.json (4 x H200, campaign A); no run of these folders is fitted.
 
-    .venv/bin/python benchmarks/concurrent_profile.py
+    python -m validation.evidence --stage concurrent-profile
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
@@ -25,12 +27,10 @@ import statistics
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import RunRow, validate  # noqa: E402
+from validation.evidence import ROOT  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
 CAMPAIGNS = ("h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n")
 # profiled one GPU alone only (the harness's default), DDP's world-size-1 rows paired
@@ -174,6 +174,16 @@ def main() -> int:
               if "at once, unpaired" in results else "")
     return 0
 
+
+
+def run() -> str:
+    """The stage's output (validation/reports/concurrent-profile/output.txt): what the benchmark printed."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        status = main()
+    if status:
+        raise RuntimeError(f"{__name__}: exit {status}")
+    return buffer.getvalue()
 
 if __name__ == "__main__":
     sys.exit(main())

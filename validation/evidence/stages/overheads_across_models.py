@@ -19,14 +19,16 @@ carried and not. With ``--measured-contention`` it fits no overhead term at all 
 campaign's sweeps) and predicts every run with every term at no effect, then with the overlap bench's
 measured compute and all-reduce slowdowns of the run's own model, link class and world size.
 
-    .venv/bin/python benchmarks/overheads_across_models.py [--caps all] DIR [DIR ...]
-    .venv/bin/python benchmarks/overheads_across_models.py --calibration FILE DIR [DIR ...]
-    .venv/bin/python benchmarks/overheads_across_models.py --measured-contention DIR [DIR ...]
+    python -m validation.evidence.stages.overheads_across_models [--caps all] DIR [DIR ...]
+    python -m validation.evidence.stages.overheads_across_models --calibration FILE DIR [DIR ...]
+    python -m validation.evidence.stages.overheads_across_models --measured-contention DIR [DIR ...]
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import io
 import json
 import os
 import sys
@@ -178,6 +180,32 @@ def main(argv: list[str]) -> int:
         else:
             leave_one_model_out(data_dir, caps)
     return 0
+
+
+
+# the committed output: these four invocations, each after its command line
+INVOCATIONS = [
+    ["validation/data/h200x4-2026-11-26", "validation/data/h100x4-overlap-2026-11-27"],
+    ["--calibration", "validation/calibration-h200x4.json", "validation/data/h100x4-mlp-wide-2026-11-27",
+     "validation/data/h100x4-models-2026-11-27", "validation/data/h100x4-overlap-2026-11-27b",
+     "validation/data/h200x4-options-2026-11-27", "validation/data/h200x4-options-2026-11-27b"],
+    ["--caps", "all", "validation/data/h200x4-options-2026-11-26"],
+    ["--measured-contention", "validation/data/h100x4-overlap-2026-11-27"],
+]
+
+
+def run() -> str:
+    """The stage's output (validation/reports/overheads-across-models/output.txt), from the repository root."""
+    parts = []
+    for argv in INVOCATIONS:
+        buffer = io.StringIO()
+        with contextlib.redirect_stdout(buffer):
+            status = main(argv)
+        if status:
+            raise RuntimeError(f"{__name__}: exit {status}")
+        parts.append(f"$ python -m validation.evidence.stages.overheads_across_models {' '.join(argv)}\n"
+                     + buffer.getvalue())
+    return "\n".join(parts)
 
 
 if __name__ == "__main__":
