@@ -101,3 +101,29 @@ def test_unknown_stage_exits_2(capsys, monkeypatch):
     monkeypatch.chdir(ROOT)  # main() runs from the repository root
     assert main(["--stage", "no-such-stage"]) == 2
     assert "no stage no-such-stage" in capsys.readouterr().err
+
+
+def test_inline_values_read_the_report(tmp_path):
+    """A number in the prose follows its report: the cross-host cap advice is the report's line, and a
+    campaign's mean is recomputed from that campaign's rows (two rows written here: +10% and -20%)."""
+    from validation.evidence.figures import Stages, inline_value
+
+    report = tmp_path / "r.md"
+    report.write_text("# ddpsim validation\n\n"
+                      "| model | option | link | GPUs | cap MB | launch | measured ms | predicted ms | error % |\n"
+                      "|---|---|---|---|---|---|---|---|---|\n"
+                      "| m | none | nvlink | 4 | 25 | c1/nvlink_w4_0 | 10.00 | 11.00 | +10.0 |\n"
+                      "| m | none | nvlink | 4 | 25 | c1/nvlink_w4_1 | 10.00 | 8.00 | -20.0 |\n"
+                      "| m | none | nvlink | 4 | 25 | c2/nvlink_w4_0 | 10.00 | 10.10 | +1.0 |\n\n"
+                      "| link class | runs | mean abs err % | max abs err % | mean err % | launch | ar |\n"
+                      "|---|---|---|---|---|---|---|\n"
+                      "| nvlink | 3 | 10.3 | 20.0 | -3.0 | - | - |\n\n"
+                      "bucket-cap recommendation within 5% of the measured best: 2 of 3 groups\n")
+    stages = Stages(str(tmp_path), {"stages": {"s": {"output": "r.md"}}})
+    assert inline_value("cap_advice", ["s"], stages) == "2 of 3"
+    assert inline_value("campaign_mean", ["s", "c1"], stages) == "15.0"
+    assert inline_value("campaign_max", ["s", "c1"], stages) == "20.0"
+    assert inline_value("campaign_runs", ["s", "c2"], stages) == "1"
+    assert inline_value("spread", ["s", "nvlink"], stages) == "-"
+    with pytest.raises(FigureError, match="no layouts line"):
+        inline_value("layouts", ["s"], stages)

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from validation.evidence import ROOT
-from validation.evidence.figures import RENDERERS, FigureError, Stages
+from validation.evidence.figures import INLINE, RENDERERS, FigureError, Stages, inline_value
 
 MANIFEST = os.path.join("validation", "evidence", "manifest.json")
 MARKER = re.compile(r"^\{\{figure:([a-z0-9-]+)\}\}$", re.MULTILINE)
@@ -50,7 +50,8 @@ def assemble(root: str = ROOT, manifest: dict[str, Any] | None = None) -> str:
             raise FigureError(f"manifest: figure {figure['id']}: unknown renderer {figure['renderer']!r}")
         return RENDERERS[figure["renderer"]](figure, stages)
 
-    return NOTICE + MARKER.sub(render, template)
+    text = MARKER.sub(render, template)
+    return NOTICE + INLINE.sub(lambda m: inline_value(m[1], m[2].split(":"), stages), text)
 
 
 def write(root: str = ROOT) -> str:

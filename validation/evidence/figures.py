@@ -258,3 +258,45 @@ def network_duplex(fig: dict[str, Any], stages: Stages) -> str:
 
 
 RENDERERS["network_duplex"] = network_duplex
+
+
+# --- numbers inside prose: {{KIND:STAGE[:ARG...]}} ---------------------------------------------------------------
+
+INLINE = re.compile(r"\{\{(\w+):([^{}\n]+)\}\}")
+
+
+def _summary_value(stages: Stages, stage: str, link: str, field: str) -> str:
+    s = _link(stages.report(stage), link, "inline")
+    value = {"runs": s.runs, "mean": s.mean_abs_pct, "max": s.max_abs_pct, "bias": s.mean_pct,
+             "spread": s.launch_spread_pct}[field]
+    if value is None:
+        return "-"
+    return str(value) if field == "runs" else (f"{value:+.1f}" if field == "bias" else f"{value:.1f}")
+
+
+def inline_value(kind: str, args: list[str], stages: Stages) -> str:
+    """One number of the prose, read from a stage's report: summary fields of a link class (runs, mean, max,
+    bias, spread: ``{{mean:cross-model:nvlink}}``), the report's totals (cap_advice, layouts, all_mean,
+    all_max: ``{{cap_advice:cross-host}}``), or a campaign's runs within a report (campaign_mean,
+    campaign_max, campaign_runs: ``{{campaign_mean:heldout-options-xy:h200x4-options-2026-11-27}}``, optionally
+    one link class as a third argument)."""
+    stage = args[0]
+    if kind in ("runs", "mean", "max", "bias", "spread") and len(args) == 2:
+        return _summary_value(stages, stage, args[1], kind)
+    report = stages.report(stage)
+    if kind in ("cap_advice", "layouts"):
+        pair = report.cap_advice if kind == "cap_advice" else report.layouts
+        if pair is None:
+            raise FigureError(f"{report.path}: no {kind} line")
+        return f"{pair[0]} of {pair[1]}"
+    if kind in ("all_mean", "all_max"):
+        if report.all_runs is None:
+            raise FigureError(f"{report.path}: no 'all held-out runs' line")
+        return f"{report.all_runs[0 if kind == 'all_mean' else 1]:.1f}"
+    if kind in ("campaign_mean", "campaign_max", "campaign_runs") and len(args) in (2, 3):
+        rows = [r for r in _in_campaign(report.rows, args[1]) if len(args) == 2 or r.group == args[2]]
+        if kind == "campaign_runs":
+            return str(len(rows))
+        mean, worst = mean_max(rows)
+        return f"{mean if kind == 'campaign_mean' else worst:.1f}"
+    raise FigureError(f"template: unknown inline value {{{{{kind}:{':'.join(args)}}}}}")
