@@ -300,3 +300,47 @@ def inline_value(kind: str, args: list[str], stages: Stages) -> str:
         mean, worst = mean_max(rows)
         return f"{mean if kind == 'campaign_mean' else worst:.1f}"
     raise FigureError(f"template: unknown inline value {{{{{kind}:{':'.join(args)}}}}}")
+
+
+_SWEEP = re.compile(r"^  (?P<sweep>\dx\d \(\S+\))\s+(?P<algorithm>\w+)\s+(?P<sm>[\d.]+) /\s+(?P<sx>[\d.]+)\s+"
+                    r"(?P<lm>[\d.]+) /\s+(?P<lx>[\d.]+)")
+
+
+def multinode_allreduce(fig: dict[str, Any], stages: Stages) -> str:
+    """Per split of the stage's first part: one held-out sweep's mean / max below and from 1 MiB ('one'),
+    the means of several ('means'), or the range of the means over every sweep of the split ('range')."""
+    sections: dict[str, list[re.Match[str]]] = {}
+    title = None
+    for line in stages.text(fig["stage"]).splitlines():
+        if not line.strip():
+            title = None
+        elif not line.startswith(" ") and not line.startswith(("split /", "data:")):
+            title = line
+            sections[title] = []
+        elif title is not None and (m := _SWEEP.match(line)):
+            sections[title].append(m)
+    rows = []
+    for row in fig["rows"]:
+        if row["section"] not in sections:
+            raise FigureError(f"{stages.output_path(fig['stage'])}: no split {row['section']!r} (figure {fig['id']})")
+        found = sections[row["section"]]
+        if "lines" in row:
+            found = [next((m for m in found if [m["sweep"], m["algorithm"]] == want), None) for want in row["lines"]]
+            if None in found:
+                raise FigureError(f"{stages.output_path(fig['stage'])}: split {row['section']!r} lacks a sweep of "
+                                  f"{row['lines']}")
+        picked = [m for m in found if m is not None]
+        if row["mode"] == "one":
+            small, large = f"{picked[0]['sm']}% / {picked[0]['sx']}%", f"{picked[0]['lm']}% / {picked[0]['lx']}%"
+        elif row["mode"] == "means":
+            small = " / ".join(f"{m['sm']}%" for m in picked) + " mean"
+            large = " / ".join(f"{m['lm']}%" for m in picked) + " mean"
+        else:
+            smalls, larges = [float(m["sm"]) for m in picked], [float(m["lm"]) for m in picked]
+            small = f"{min(smalls):.1f}% to {max(smalls):.1f}% mean"
+            large = f"{min(larges):.1f}% to {max(larges):.1f}% mean"
+        rows.append([row["fitted"], row["predicted"], small, large])
+    return _table(["fitted on", "predicted", "below 1 MiB, mean / max", "from 1 MiB, mean / max"], rows)
+
+
+RENDERERS["multinode_allreduce"] = multinode_allreduce
