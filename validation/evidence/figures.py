@@ -323,13 +323,13 @@ def multinode_allreduce(fig: dict[str, Any], stages: Stages) -> str:
     for row in fig["rows"]:
         if row["section"] not in sections:
             raise FigureError(f"{stages.output_path(fig['stage'])}: no split {row['section']!r} (figure {fig['id']})")
-        found = sections[row["section"]]
+        picked = sections[row["section"]]
         if "lines" in row:
-            found = [next((m for m in found if [m["sweep"], m["algorithm"]] == want), None) for want in row["lines"]]
-            if None in found:
-                raise FigureError(f"{stages.output_path(fig['stage'])}: split {row['section']!r} lacks a sweep of "
-                                  f"{row['lines']}")
-        picked = [m for m in found if m is not None]
+            by_sweep = {(m["sweep"], m["algorithm"]): m for m in picked}
+            missing = [want for want in row["lines"] if tuple(want) not in by_sweep]
+            if missing:
+                raise FigureError(f"{stages.output_path(fig['stage'])}: split {row['section']!r} lacks {missing}")
+            picked = [by_sweep[(want[0], want[1])] for want in row["lines"]]
         if row["mode"] == "one":
             small, large = f"{picked[0]['sm']}% / {picked[0]['sx']}%", f"{picked[0]['lm']}% / {picked[0]['lx']}%"
         elif row["mode"] == "means":
