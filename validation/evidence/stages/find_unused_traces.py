@@ -38,9 +38,10 @@ def main() -> int:
         if variant != "none":
             continue
         option = ok.get((launch, model, "find_unused"))
-        traced = ok.get((launch, model, "timing")), ok.get((launch, model, "find_unused+timing"))
-        if option is None or None in traced:
+        traced_plain, traced_option = ok.get((launch, model, "timing")), ok.get((launch, model, "find_unused+timing"))
+        if option is None or traced_plain is None or traced_option is None:
             continue
+        traced = (traced_plain, traced_option)
         effect = option["step_s_median"] / plain["step_s_median"] - 1
         bwd = [t["backward_s_median"] * 1e3 for t in traced]
         last_launch = [max(b["launch_cpu_s"] for b in t["per_bucket"]) * 1e3 for t in traced]

@@ -90,10 +90,10 @@ def _compare(calibration_path: str, noise_from: tuple[str, ...], held_out: tuple
                 cells.append(f"{inside:3d} of {total:3d} inside" if total else "no interval")
             print(f"{campaign:30s} {group:12s} " + "  ".join(f"{cell:>26s}" for cell in cells))
     for group in sorted({g for g, _ in totals}):
-        cells = [totals[(group, label)] for label in variants]
+        pooled = [totals[(group, label)] for label in variants]
         print(f"{'all':30s} {group:12s} " + "  ".join(
             f"{f'{inside} of {total} ({100 * inside / total:.0f}%)' if total else 'no interval':>26s}"
-            for inside, total in cells))
+            for inside, total in pooled))
 
 
 def main() -> int:

@@ -37,7 +37,7 @@ def _shape(record: dict[str, Any]) -> str:
 def _ddp_pairs(folder: str) -> dict[str, list[float]]:
     """Shape -> |larger / smaller - 1| in % for each configuration (model, batch, cap, variant) measured in
     two launches."""
-    steps: dict[tuple[str, str, Any], dict[str, float]] = defaultdict(dict)
+    steps: dict[tuple[Any, ...], dict[str, float]] = defaultdict(dict)
     for record in read_jsonl(os.path.join(folder, "ddp_runs.jsonl")):
         if record.get("status") == "ok":
             key = (_shape(record), record["model"], record.get("batch_size"), record["bucket_cap_mb"],

@@ -68,7 +68,8 @@ def _scaled(calibration: dict[str, Any], factor: float) -> dict[str, Any]:
 def _errors(measured: Any, calibration: dict[str, Any], runs: list[dict[str, Any]],
             factor_by_launch: dict[str, float]) -> tuple[list[float], list[float]]:
     """Signed % errors of ``runs``: raw, and with the network scaled by their launch's factor."""
-    raw, normalised = [], []
+    raw: list[float] = []
+    normalised: list[float] = []
     cache: dict[float, Any] = {}
     for run in runs:
         for factor, out in ((1.0, raw), (factor_by_launch[run["launch_id"]], normalised)):

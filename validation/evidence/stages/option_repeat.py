@@ -47,10 +47,10 @@ def main(campaigns: list[str]) -> int:
     cases: dict[tuple, dict[str, tuple[float, float]]] = defaultdict(dict)
     for campaign in campaigns:
         v = validate([os.path.join(ROOT, campaign)], calibration)
-        for row, measured, predicted in option_effects(v.rows):
+        for row, measured_ratio, predicted_ratio in option_effects(v.rows):
             key = (os.path.basename(campaign), launch_series(row.launch_id), row.model, row.world_size,
                    row.bucket_cap_mb, row.option)
-            cases[key][row.launch_id] = (measured, predicted)
+            cases[key][row.launch_id] = (measured_ratio, predicted_ratio)
 
     print(f"{'campaign':26s} {'model':11s} GPUs {'option':13s} {'measured per launch':>22s} {'predicted':>9s}"
           "  counted  direction  size")
@@ -85,11 +85,12 @@ def main(campaigns: list[str]) -> int:
               f"  {'yes' if agree else '-':7s}  {verdict}")
     print("\ncases measured in two launches; counted where both exceed 5% the same way; of those, "
           "direction right and size within 1.5x of the launches' mean")
-    for name, (n, agree, direction, size) in sorted(tally.items()):
-        print(f"  {name:14s} {n:3d} cases, {agree:2d} counted: direction {direction} of {agree}, size {size} of {agree}")
+    for name, (n_cases, n_agree, n_direction, n_size) in sorted(tally.items()):
+        print(f"  {name:14s} {n_cases:3d} cases, {n_agree:2d} counted: direction {n_direction} of {n_agree}, "
+              f"size {n_size} of {n_agree}")
     print("\ncases where both launches stayed within 5%: how many ddpsim predicts beyond 5% (an effect not seen)")
-    for name, (quiet, loud) in sorted(phantom.items()):
-        print(f"  {name:14s} {loud} of {quiet}")
+    for name, (n_quiet, n_loud) in sorted(phantom.items()):
+        print(f"  {name:14s} {n_loud} of {n_quiet}")
     return 0
 
 

@@ -82,9 +82,9 @@ def leave_one_model_out(data_dir: str, caps: list[float] | None) -> None:
     print(f"{'link class':<10} {'runs':>4}  {'carried, mean / max':>20}  {'not carried, mean / max':>24}")
     for link in sorted(carried):
         print(f"{link:<10} {len(carried[link]):>4}  {_stats(carried[link]):>20}  {_stats(not_carried[link]):>24}")
-    for (link, model), (a, b) in sorted(per_model.items()):
-        bias_a, bias_b = sum(a) / len(a), sum(b) / len(b)
-        print(f"    {link:<8} {model:<11} carried {_stats(a)} (bias {bias_a:+5.1f})  not carried {_stats(b)} "
+    for (link, model), (errors_a, errors_b) in sorted(per_model.items()):
+        bias_a, bias_b = sum(errors_a) / len(errors_a), sum(errors_b) / len(errors_b)
+        print(f"    {link:<8} {model:<11} carried {_stats(errors_a)} (bias {bias_a:+5.1f})  not carried {_stats(errors_b)} "
               f"(bias {bias_b:+5.1f})")
     _overlap(data_dir)
 
@@ -119,8 +119,8 @@ def held_out(data_dir: str, calibration_path: str) -> None:
             groups[key][1].append(b)
     print(f"== {data_dir} predicted by {calibration_path} (every run held out)")
     print(f"{'link class':<10} {'models':<10} {'runs':>4}  {'carried, mean / max':>20}  {'not carried, mean / max':>24}")
-    for (link, seen), (a, b) in sorted(groups.items()):
-        print(f"{link:<10} {seen:<10} {len(a):>4}  {_stats(a):>20}  {_stats(b):>24}")
+    for (link, seen), (errors_a, errors_b) in sorted(groups.items()):
+        print(f"{link:<10} {seen:<10} {len(errors_a):>4}  {_stats(errors_a):>20}  {_stats(errors_b):>24}")
     _overlap(data_dir)
 
 
