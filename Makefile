@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench evidence evidence-fast clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -33,6 +33,14 @@ test: lint
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/step_speed.py
+
+# docs/accuracy.md from validation/data: every stage (the cross-validations take about 80 CPU minutes), then the
+# document; evidence-fast assembles it from the committed stage outputs under validation/reports only
+evidence: $(VENV)/.installed
+	$(BIN)/python -m validation.evidence
+
+evidence-fast: $(VENV)/.installed
+	$(BIN)/python -m validation.evidence --fast
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info

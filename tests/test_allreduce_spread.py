@@ -1,4 +1,4 @@
-"""The launch-to-launch spread of benchmarks/multinode_allreduce.py, on hand-derived numbers."""
+"""The launch-to-launch spread of validation/evidence/stages/multinode_allreduce.py, on hand-derived numbers."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.multinode_allreduce import MIB, spread_pct, spread_table, sweep_spreads
+from validation.evidence.stages.multinode_allreduce import MIB, spread_pct, spread_table, sweep_spreads
 
 
 def test_spread_is_larger_over_smaller_minus_one_either_way() -> None:
