@@ -128,3 +128,17 @@ def test_inline_values_read_the_report(tmp_path):
     assert inline_value("spread", ["s", "nvlink"], stages) == "-"
     with pytest.raises(FigureError, match="no layouts line"):
         inline_value("layouts", ["s"], stages)
+
+
+def test_the_readme_accuracy_table_quotes_the_generated_document():
+    # the README's small table is a copy: every mean / max pair in it must be a row of docs/accuracy.md
+    import re
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    readme = open(os.path.join(root, "README.md"), encoding="utf-8").read()
+    section = readme.split("## How accurate it is", 1)[1].split("\n## ", 1)[0]
+    pairs = re.findall(r"(\d+\.\d)% / (\d+\.\d)%", section)
+    assert len(pairs) >= 9
+    accuracy = open(os.path.join(root, "docs", "accuracy.md"), encoding="utf-8").read()
+    missing = [p for p in pairs if f"| {p[0]}% | {p[1]}% |" not in accuracy]
+    assert not missing, f"README pairs not in docs/accuracy.md (run make evidence, then copy): {missing}"

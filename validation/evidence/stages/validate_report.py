@@ -31,10 +31,9 @@ def run_validation(spec: dict[str, Any], jobs: int = 1) -> Validation:
 
 def report_text(v: Validation) -> str:
     # the report's layout is the CLI's (``ddpsim validate --out DIR`` writes DIR/validation.md the same way)
-    from ddpsim.cli.validate import _validation_text
-    from ddpsim.report.tables import table
+    from ddpsim.cli.validation_report import validation_text
 
-    return "# ddpsim validation\n\n" + _validation_text(v, table, markdown=True) + "\n"
+    return "# ddpsim validation\n\n" + validation_text(v, markdown=True) + "\n"
 
 
 def run(spec: dict[str, Any], jobs: int = 1) -> str:
