@@ -14,9 +14,10 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ddpsim"
 LADDER: tuple[tuple[str, ...], ...] = (
     ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread"),
     ("ddpsim.scenario.schema", "ddpsim.topology.link_kinds"),
-    ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp"),
+    ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp",
+     "ddpsim.sharded"),
     ("ddpsim.calibration.file", "ddpsim.scenario"),
-    ("ddpsim.results", "ddpsim.simulation", "ddpsim.engine"),
+    ("ddpsim.results", "ddpsim.simulation", "ddpsim.engine", "ddpsim.sharded.simulate"),
     ("ddpsim.report",),
     ("ddpsim.planning",),
     ("ddpsim.calibration",),
