@@ -204,3 +204,23 @@ def test_cli_json_and_bad_strategy():
     bad = subprocess.run([sys.executable, "-m", "ddpsim", "run", "scenarios/quickstart.yaml", "--set",
                           "parallel.strategy=zero4"], capture_output=True, text=True)
     assert bad.returncode == 2 and "parallel.strategy" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_tune_strategy_picks_the_fastest_that_fits():
+    from ddpsim.planning.strategy import advise_strategy
+
+    advice = advise_strategy(load_scenario("scenarios/h100-16x8-ib400-llama7b-zero3.yaml"))
+    by_name = {o.strategy: o for o in advice.options}
+    assert not by_name["ddp"].fits and advice.recommended in ("zero2", "zero3")
+    fitting = [o for o in advice.options if o.fits]
+    assert by_name[advice.recommended].step_time_s == min(o.step_time_s for o in fitting)
+
+
+def test_hsdp_adds_an_all_reduce_across_the_replicas():
+    sc = load_scenario("scenarios/h100-16x8-ib400-llama7b-zero3.yaml", ["parallel.shard_group=node"])
+    result = simulate(sc)
+    replicas = [c for c in result.collectives if c.kind == "all-reduce (replicas)"]
+    assert len(replicas) == 33
+    # each replica all-reduce carries the node's shard of the unit's fp32 gradients: 1/8 of its reduce-scatter
+    scatters = {c.unit: c.bytes for c in result.collectives if c.kind == "reduce-scatter"}
+    assert all(c.bytes == pytest.approx(scatters[c.unit] / 8) for c in replicas)

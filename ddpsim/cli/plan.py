@@ -77,6 +77,14 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--out", metavar="DIR", help="write bucket_cap.png and recommendation.json here")
     tune.set_defaults(handler=cmd_tune_buckets)
 
+    strategy = add_command(subparsers, "tune-strategy", "recommend DDP, ZeRO-1, -2 or -3 (the fastest that fits)", (
+        "ddpsim tune-strategy scenarios/h100-16x8-ib400-llama7b.yaml",
+        "ddpsim tune-strategy scenarios/h100-2x8-ib400-gpt2.yaml --json",
+    ))
+    add_scenario_args(strategy)
+    strategy.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    strategy.set_defaults(handler=cmd_tune_strategy)
+
     scale = add_command(subparsers, "scale", "step time, efficiency and cost vs node count", (
         "ddpsim scale scenarios/h100-2x8-ib400-gpt2.yaml --nodes 1,2,4,8,16 --price-per-gpu-hour 2.5",
         "ddpsim scale scenarios/a100-4x8-eth100-bert-large.yaml --nodes 1,2,4 --out reports/bert-scale",
@@ -173,6 +181,22 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
             if alt.helps:
                 print(f"      {alt.paste}")
     _say_where_plot(args.out, "bucket_cap.png")
+    return 0
+
+
+def cmd_tune_strategy(args: argparse.Namespace) -> int:
+    from ddpsim.planning.strategy import advise_strategy
+    from ddpsim.report.tables import format_time, table
+    from ddpsim.scenario import load_scenario
+
+    advice = advise_strategy(load_scenario(args.scenario, args.overrides))
+    if args.json:
+        print(json.dumps(advice.to_dict(), indent=2))
+        return 0
+    rows = [(o.strategy, format_time(o.step_time_s), f"{o.memory_bytes / 2**30:.1f} GiB",
+             "yes" if o.fits else "NO", format_time(o.exposed_comm_s)) for o in advice.options]
+    print(table(("strategy", "step", "memory per GPU", "fits", "exposed comm"), rows, False))
+    print(f"\nrecommended: {advice.recommended or 'none'}: {advice.why}")
     return 0
 
 
