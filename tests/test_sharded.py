@@ -137,14 +137,15 @@ def test_shared_wire_shares_equally_and_conserves_work():
     assert ends["c"] == pytest.approx(2.0) and ends["a"] == pytest.approx(2.5) and ends["b"] == pytest.approx(4.5)
 
 
-def _two_unit_costs(strategy: str, backward_s: float = 0.0) -> tuple[ShardedCosts, list]:
+def _two_unit_costs(strategy: str, backward_s: float = 0.0, forward_root_s: float = 0.0,
+                    slowdown: float = 0.0) -> tuple[ShardedCosts, list]:
     w = Workload("t", (Layer("embed", (ParamTensor("e", 10),)), Layer("layers.0.x", (ParamTensor("x", 10),))), 1)
     units = tuple(shard_units(w))
-    costs = ShardedCosts(strategy, units, (0, 1), (0.0, 0.0), (0.0, backward_s),
+    costs = ShardedCosts(strategy, units, (0, 1), (forward_root_s, 0.0), (0.0, backward_s),
                          all_gather=(Price(0, 1.0, "simple"), Price(0, 2.0, "simple")),
                          reduce_scatter=(Price(0, 4.0, "simple"), Price(0, 3.0, "simple")),
                          replica_allreduce=(Price(0, 0, "none"),) * 2, copy_out_s=(0.0, 0.0), rs_copy_in_s=(0.0, 0.0),
-                         optimizer_s=0.0)
+                         optimizer_s=0.0, compute_slowdown=slowdown)
     return costs, [(1.0, 1.0, 0.0)] * 2
 
 
@@ -164,6 +165,14 @@ def test_reduce_scatter_overlaps_the_backward_that_follows():
     # forward: AG root [0,1], AG block [1,3]; backward of the block [3,8]; RS block [8,11], root's
     # backward is empty so its RS queues behind: [11,15]
     assert simulate_step(costs, nbytes).step_end_s == pytest.approx(15.0)
+
+
+@pytest.mark.parametrize(("slowdown", "end"), [(0.0, 10.0), (1.0, 11.0)])
+def test_compute_slows_while_a_collective_is_in_flight(slowdown: float, end: float):
+    costs, nbytes = _two_unit_costs("zero2", forward_root_s=2.0, slowdown=slowdown)
+    # AG root [0,1]; root's forward from 1 beside the block's AG [1,3]: at half speed 1 s of its 2 s is done
+    # by 3, the rest alone -> 4 (3 without the slowdown); then RS block 3 s and RS root 4 s
+    assert simulate_step(costs, nbytes).step_end_s == pytest.approx(end)
 
 
 def test_zero3_moves_three_times_the_parameters_less_the_roots_regather():

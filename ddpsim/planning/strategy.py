@@ -1,9 +1,9 @@
 """Which data-parallel strategy to train with: every strategy simulated, the fastest that fits chosen.
 
-Replicated DDP carries ddpsim's DDP overheads (fitted on DDP runs: compute slowed while an all-reduce is
-in flight, per-bucket launches); the sharded steps do not yet carry any measured contention of their own
-(docs/sharded.md), so where compute hides most of the communication the comparison leans towards the
-sharded strategies. The advice says so whenever it picks one over a DDP that fits.
+Both kinds of step slow compute while a collective is in flight (``overheads.compute_slowdown``, fitted on DDP
+runs); DDP also pays its bucket terms. FSDP2's own host work per unit (its hooks, DTensor bookkeeping) is not
+modelled and no FSDP run has been measured against the model yet (docs/sharded.md), so the advice says so
+whenever it picks a sharded strategy over a DDP that fits.
 """
 
 from __future__ import annotations
@@ -69,6 +69,6 @@ def advise_strategy(scenario: Scenario, strategies: tuple[str, ...] = STRATEGIES
         why += f"; {', '.join(left_out)} do not fit"
     ddp = next((o for o in fitting if o.strategy == "ddp"), None)
     if ddp is not None and best.strategy in ("zero2", "zero3"):
-        why += (". Caution: DDP's step carries the overheads fitted on DDP runs (compute slowed while an all-reduce "
-                "runs); the sharded step carries no measured contention yet, so the gap may be smaller")
+        why += (". Caution: FSDP2's host work per unit is not modelled and no FSDP run has been checked against "
+                "this prediction yet (a launch-bound model can lose what the sharded optimizer saves)")
     return StrategyAdvice(best.strategy, options, gpu.memory_bytes, why)

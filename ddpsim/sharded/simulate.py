@@ -2,9 +2,9 @@
 
 The simulation's inputs come from ``simulation.prepare()`` (workload, GPU, compute, the world's collective
 model); this module prices the units' collectives (``sharded.collectives``), runs ``sharded.step`` and
-reads its trace into a ``Result``. DDP's fitted overheads (bucket launch, compute slowed while an all-reduce
-runs, the all-reduce stretch) were fitted on DDP's all-reduces and are not applied: no FSDP run has been
-measured against them yet, and ``value_sources`` says so.
+reads its trace into a ``Result``. Of DDP's overhead terms only ``compute_slowdown`` applies (NCCL kernels
+slow compute whatever the collective); the others describe DDP's buckets (launch, stretch, hooks). Every
+term was fitted on DDP runs; no FSDP run has been measured against them yet, and ``value_sources`` says so.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         copy_out_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in ag_bytes),
         rs_copy_in_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in rs_bytes),
         optimizer_s=optimizer_s,
+        compute_slowdown=scenario.overheads.compute_slowdown - 1.0 if communicating else 0.0,
     )
     trace = simulate_step(costs, list(zip(ag_bytes, rs_bytes, replica_bytes, strict=True)))
     memory, totals, recommended, warnings = memory_check(scenario, workload, gpu)
@@ -123,9 +124,10 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         "data parallelism": _strategy_text(parallel.strategy, n, parallel.shard_group, precision, len(units)),
         "activations": ("the workload's own count of what autograd saves (zoo) or the torch importer's estimate, "
                         "not measured"),
-        "sharded overheads": ("all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
-                              "while both run; compute not slowed by them and DDP's fitted overheads not applied "
-                              "(not measured for FSDP yet)"),
+        "sharded overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
+                              f"while both run; compute {scenario.overheads.compute_slowdown:g}x slower while one is in "
+                              "flight (overheads.compute_slowdown, from DDP's all-reduces: see DDP overheads); DDP's "
+                              "bucket terms not applied; none of it measured on FSDP runs yet"),
     }
     return Result(
         scenario=scenario.source, model=workload.name, gpu=gpu.name, world_size=cluster.world_size,

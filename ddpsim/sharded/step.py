@@ -12,6 +12,9 @@ Three streams, as FSDP2 runs them:
   reduce-scattered (under HSDP then all-reduced across the replicas), one unit after another.
 The optimizer runs on the local shards once the last reduce-scatter is done.
 
+While any collective is in flight, compute runs ``1 + compute_slowdown`` times slower (NCCL's kernels hold SMs:
+the same mechanism and term as DDP's step, ``overheads.compute_slowdown``).
+
 All ranks run the same step (no jitter is simulated here), so one rank stands for all and a collective
 starts when its stream reaches it. All-gathers and reduce-scatters of one process group run on the same
 ring links in the same direction: while both transfer they share the links equally (``SharedWire``); a
@@ -75,6 +78,20 @@ class SharedWire:
         self._schedule()
 
 
+class InFlight:
+    """How many collectives are in flight, and an event that fires whenever that changes."""
+
+    def __init__(self, env: simpy.Environment) -> None:
+        self.env = env
+        self.count = 0
+        self.changed = env.event()
+
+    def add(self, delta: int) -> None:
+        self.count += delta
+        fired, self.changed = self.changed, self.env.event()
+        fired.succeed()
+
+
 @dataclass(frozen=True)
 class ShardedCosts:
     """Seconds of one step on one rank, per layer and per unit (indices of ``units``)."""
@@ -90,6 +107,7 @@ class ShardedCosts:
     copy_out_s: tuple[float, ...]  # per unit, on the compute stream after its all-gather
     rs_copy_in_s: tuple[float, ...]  # per unit, on the reduce-scatter stream before it
     optimizer_s: float
+    compute_slowdown: float = 0.0  # extra fraction while a collective is in flight (0: none)
 
 
 @dataclass
@@ -131,11 +149,15 @@ def simulate_step(costs: ShardedCosts, unit_bytes: Sequence[tuple[float, float, 
     rs_queue: simpy.Store = simpy.Store(env)
     forward_done = env.event()
 
+    in_flight = InFlight(env)
+
     def collective(price: Price, on: SharedWire, kind: str, unit: int, nbytes: float) -> Generator[Any, Any, None]:
         start = env.now
+        in_flight.add(1)
         if price.latency_s > 0:
             yield env.timeout(price.latency_s)
         yield on.transfer(price.transfer_s)
+        in_flight.add(-1)
         trace.collectives.append(CollectiveSpan(kind, costs.units[unit].name, nbytes, price.protocol, start, env.now))
 
     def all_gather_stream() -> Generator[Any, Any, None]:
@@ -159,10 +181,15 @@ def simulate_step(costs: ShardedCosts, unit_bytes: Sequence[tuple[float, float, 
                                       unit_bytes[unit][2])
 
     def compute(seconds: float, label: str) -> Generator[Any, Any, None]:
-        if seconds > 0:
-            start = env.now
-            yield env.timeout(seconds)
-            trace.compute_intervals.append((start, env.now, label))
+        if seconds <= 0:
+            return
+        start, left_s = env.now, seconds  # left_s: seconds of work at full speed
+        while left_s > _EPS_S * max(1.0, seconds):
+            factor = 1.0 + costs.compute_slowdown if in_flight.count else 1.0
+            t0 = env.now
+            yield env.timeout(left_s * factor) | in_flight.changed
+            left_s -= (env.now - t0) / factor
+        trace.compute_intervals.append((start, env.now, label))
 
     def compute_stream() -> Generator[Any, Any, None]:
         gather_index = {(u, "f"): i for i, u in enumerate(fwd_units)}
