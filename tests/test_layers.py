@@ -20,7 +20,7 @@ LADDER: tuple[tuple[str, ...], ...] = (
     ("ddpsim.results", "ddpsim.simulation", "ddpsim.engine", "ddpsim.sharded.simulate"),
     ("ddpsim.report",),
     ("ddpsim.planning",),
-    ("ddpsim.calibration",),
+    ("ddpsim.calibration", "ddpsim.sharded.validate"),
     ("ddpsim.cli", "ddpsim.__main__", "ddpsim"),
 )
 
