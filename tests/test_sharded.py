@@ -233,3 +233,13 @@ def test_hsdp_adds_an_all_reduce_across_the_replicas():
     # each replica all-reduce carries the node's shard of the unit's fp32 gradients: 1/8 of its reduce-scatter
     scatters = {c.unit: c.bytes for c in result.collectives if c.kind == "reduce-scatter"}
     assert all(c.bytes == pytest.approx(scatters[c.unit] / 8) for c in replicas)
+
+
+def test_sweep_takes_the_strategy_as_an_axis(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "ddpsim", "sweep", "scenarios/quickstart.yaml", "--grid",
+                           "parallel.strategy=ddp,zero2,zero3", "--out", str(tmp_path / "s"), "--workers", "1"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    rows = (tmp_path / "s" / "sweep.csv").read_text().splitlines()
+    assert [r.split(",")[0] for r in rows[1:]] == ["ddp", "zero2", "zero3"]
+    assert all(",ok," in r for r in rows[1:])

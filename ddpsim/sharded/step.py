@@ -32,8 +32,6 @@ import simpy
 from ddpsim.sharded.collectives import Price
 from ddpsim.sharded.units import ShardUnit
 
-_EPS_S = 1e-15
-
 
 class SharedWire:
     """Transfers in flight progress at 1/k of their solo rate each, k = how many are in flight."""
@@ -64,15 +62,18 @@ class SharedWire:
     def _schedule(self) -> None:
         self.generation += 1
         if self.remaining:
-            delay = min(self.remaining.values()) * len(self.remaining)
-            self.env.process(self._wake(self.generation, max(0.0, delay)))
+            least = min(self.remaining.values())
+            # the transfers this wake-up ends: the least remaining, and any within rounding of it
+            ending = [e for e, left in self.remaining.items() if left - least <= 1e-9 * max(abs(least), 1e-12)]
+            self.env.process(self._wake(self.generation, max(0.0, least * len(self.remaining)), ending))
 
-    def _wake(self, generation: int, delay: float) -> Generator[Any, Any, None]:
+    def _wake(self, generation: int, delay: float, ending: list[simpy.Event]) -> Generator[Any, Any, None]:
         yield self.env.timeout(delay)
         if generation != self.generation:
             return  # a transfer started or ended meanwhile: a later wake-up owns the schedule
         self._advance()
-        for event in [e for e, left in self.remaining.items() if left <= _EPS_S * max(1.0, self.env.now)]:
+        # ended by construction, whatever rounding left in their counters
+        for event in ending:
             del self.remaining[event]
             event.succeed()
         self._schedule()
@@ -184,10 +185,13 @@ def simulate_step(costs: ShardedCosts, unit_bytes: Sequence[tuple[float, float, 
         if seconds <= 0:
             return
         start, left_s = env.now, seconds  # left_s: seconds of work at full speed
-        while left_s > _EPS_S * max(1.0, seconds):
+        while True:
             factor = 1.0 + costs.compute_slowdown if in_flight.count else 1.0
             t0 = env.now
-            yield env.timeout(left_s * factor) | in_flight.changed
+            finished = env.timeout(left_s * factor)
+            fired = yield finished | in_flight.changed
+            if finished in fired:
+                break  # ended by its own timeout, whatever rounding left in left_s
             left_s -= (env.now - t0) / factor
         trace.compute_intervals.append((start, env.now, label))
 
