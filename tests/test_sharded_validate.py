@@ -68,3 +68,13 @@ def test_cli_missing_file_is_one_line_exit_2(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "ddpsim", "validate-fsdp", str(tmp_path / "nothing")],
                           capture_output=True, text=True)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1 and "fsdp_runs" in proc.stderr
+
+
+def test_an_hsdp_run_is_simulated_as_hsdp(tmp_path):
+    runs = read_fsdp_runs(_write(tmp_path / "r.jsonl", [_run(world_size=4, nodes=2, gpus_per_node=2,
+                                                              shard_group="node")]))
+    from ddpsim.sharded.validate import fsdp_run_scenario
+
+    scenario = fsdp_run_scenario(runs[0])
+    assert scenario.parallel.shard_group == "node" and scenario.cluster.nodes == 2
+    assert any(c.kind == "all-reduce (replicas)" for c in simulate(scenario).collectives)

@@ -210,7 +210,10 @@ def fsdp_units(model: nn.Module) -> list[dict]:
     return units
 
 
-def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device):
+def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
+         hsdp_nodes: int = 0):
+    """DDP, or fully_shard per block and on the root; ``hsdp_nodes`` > 1: a 2-D mesh that shards within each
+    group of world / hsdp_nodes consecutive ranks (a node) and replicates across the groups (HSDP)."""
     if strategy == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -220,16 +223,22 @@ def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, d
     policy = (MixedPrecisionPolicy() if param_dtype == "fp32"
               else MixedPrecisionPolicy(param_dtype=DTYPES[param_dtype], reduce_dtype=DTYPES[reduce_dtype]))
     reshard = strategy == "zero3"
+    mesh = None
+    if hsdp_nodes > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (hsdp_nodes, dist.get_world_size() // hsdp_nodes),
+                                mesh_dim_names=("replicate", "shard"))
     modules = dict(model.named_modules())
     for name in block_names(model):
-        fully_shard(modules[name], reshard_after_forward=reshard, mp_policy=policy)
-    fully_shard(model, reshard_after_forward=reshard, mp_policy=policy)
+        fully_shard(modules[name], mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
     return model
 
 
 # ----------------------------------------------------------------------------- one run
 def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
-            warmup: int, steps: int) -> dict:
+            warmup: int, steps: int, hsdp_nodes: int = 0) -> dict:
     rank = dist.get_rank()
     torch.manual_seed(0)
     model = spec.build_on(device)
@@ -237,7 +246,7 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
     n_params = sum(p.numel() for _, p in ddp_param_order(model))
     param_bytes = sum(p.numel() * p.element_size() for _, p in ddp_param_order(model))
     expected_units = unit_numels(model, block_names(model))
-    wrapped = wrap(model, strategy, param_dtype, reduce_dtype, device)
+    wrapped = wrap(model, strategy, param_dtype, reduce_dtype, device, hsdp_nodes)
     units = fsdp_units(model) if strategy != "ddp" else []
     opt = spec.make_optimizer(wrapped.parameters())
     batch = spec.make_batch(device, seed=1234 + rank)
@@ -313,6 +322,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--transport", default="nvlink", help="label of the intra-node transport (NCCL env set by the caller)")
     ap.add_argument("--gpus-per-node", type=int, default=None, help="emulate nodes of G GPUs (own NCCL_HOSTID)")
     ap.add_argument("--inter-node-transport", default=None)
+    ap.add_argument("--hsdp", action="store_true",
+                    help="FSDP runs shard within a node (--gpus-per-node, or this host's ranks) and replicate across "
+                         "nodes (a 2-D DeviceMesh); records shard_group 'node'")
     ap.add_argument("--launch-id", default=None)
     a = ap.parse_args(argv)
     a.strategy_list = [s for s in a.strategies.split(",") if s]
@@ -337,6 +349,7 @@ def main(argv=None) -> int:
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=600), **kw)
     rank, world = dist.get_rank(), dist.get_world_size()
     fp = fingerprint(device, world, a.transport, hostname_count())
+    hsdp_nodes = shape["nodes"] if a.hsdp else 0
     out_path = os.path.join(a.out, "fsdp_runs.jsonl")
     failed = 0
     for round_index in range(a.rounds):
@@ -347,12 +360,14 @@ def main(argv=None) -> int:
                     "reshard_after_forward": strategy == "zero3" if strategy != "ddp" else None,
                     "param_dtype": param_dtype if strategy != "ddp" else None,
                     "reduce_dtype": (a.reduce_dtype if param_dtype != "fp32" else None) if strategy != "ddp" else None,
+                    "shard_group": ("node" if hsdp_nodes > 1 else "world") if strategy != "ddp" else None,
                     "world_size": world, "transport": a.transport, "launch_id": launch_id, "round": round_index,
                     "model_source": spec.source, **shape, "fingerprint": fp}
             t0 = time.perf_counter()
             try:
                 rec = dict(base, status="ok", error=None,
-                           **measure(spec, strategy, param_dtype, a.reduce_dtype, device, a.warmup, a.steps))
+                           **measure(spec, strategy, param_dtype, a.reduce_dtype, device, a.warmup, a.steps,
+                                     hsdp_nodes))
             except Exception:  # noqa: BLE001 - one failed run (out of memory, a model error) must not end the launch
                 failed += 1
                 err = traceback.format_exc()[-4000:]

@@ -99,6 +99,7 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
     if strategy != "ddp":
         parallel["param_dtype"] = run.get("param_dtype") or "fp32"
         parallel["reduce_dtype"] = run.get("reduce_dtype") or parallel["param_dtype"]
+        parallel["shard_group"] = run.get("shard_group") or "world"
     workload: dict[str, Any] = {"model": _model(run), "batch_size": int(run["batch_size"]),
                                 "precision": _PRECISION_WORDS.get(str(run.get("precision", "fp32")), "fp32")}
     if run.get("seq_len"):
