@@ -31,6 +31,22 @@ class LinkRecord:
 
 
 @dataclass(frozen=True)
+class CollectiveRecord:
+    """One all-gather, reduce-scatter or all-reduce of a sharded step; times from the step's start."""
+
+    kind: str
+    unit: str
+    bytes: float
+    protocol: str
+    start_s: float
+    end_s: float
+
+
+# Result fields a sharded strategy fills; a ddp result leaves them out of its JSON, which stays as it was.
+SHARDED_FIELDS = ("strategy", "collectives", "memory_by_strategy", "recommended_strategy")
+
+
+@dataclass(frozen=True)
 class Result:
     """Everything ``ddpsim run`` reports; ``to_dict`` is the ``--json`` contract. Built once, by
     ``simulation.simulate``, from the engine's traces; never changed after.
@@ -88,7 +104,11 @@ class Result:
     copy_out_s: float = 0.0
     step_optimizer_s: float = 0.0
     accumulation_s: float = 0.0
-
+    # data parallelism (parallel.strategy) and, for the sharded ones, every collective of rank 0's step
+    strategy: str = "ddp"
+    collectives: list[CollectiveRecord] = field(default_factory=list)
+    memory_by_strategy: dict[str, float] = field(default_factory=dict)  # total bytes per GPU per strategy
+    recommended_strategy: str | None = None  # the cheapest strategy that fits (None: none fits)
 
     @property
     def overlap_fraction(self) -> float:
@@ -107,6 +127,9 @@ class Result:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("rank_timelines")
+        if self.strategy == "ddp":
+            for key in SHARDED_FIELDS:
+                data.pop(key)
         data["schema_version"] = SCHEMA_VERSION
         data["overlap_fraction"] = self.overlap_fraction
         data["step_time_p50_s"] = self.percentile_s(50)
@@ -125,7 +148,7 @@ class Result:
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "compute"}})
             events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "nccl"}})
             for start, end, label in intervals:
-                tid = 1 if label.startswith("all-reduce") else 0
+                tid = 1 if label.startswith(("all-reduce", "all-gather", "reduce-scatter")) else 0
                 events.append(
                     {"ph": "X", "name": label, "pid": rank, "tid": tid, "ts": start * 1e6, "dur": (end - start) * 1e6}
                 )

@@ -25,11 +25,12 @@ from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
-from ddpsim.hardware.compute import StepCompute, memory_per_gpu, step_compute
+from ddpsim.hardware.compute import StepCompute, step_compute
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
+from ddpsim.sharded.simulate import memory_check, simulate_sharded, zero1_optimizer_s
 from ddpsim.topology import Topology, build_topology
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
@@ -304,6 +305,10 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     wall_start = time.perf_counter()
     prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     sc = prep.scenario
+    if sc.parallel.strategy in ("zero2", "zero3"):
+        sources = {k: v for k, v in prep.sources.items() if not k.startswith("DDP's")}
+        return simulate_sharded(sc, prep.workload, prep.gpu, prep.compute, prep.collectives, sources,
+                                _copy_bandwidth_Bps(sc, prep.gpu))
     world = sc.cluster.world_size
     mode = _resolve_mode(sc)
     model = prep.collectives
@@ -331,6 +336,9 @@ def simulate(scenario: Scenario | Prepared) -> Result:
             yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
 
     base = _base_costs(prep, allreduce_time_s)
+    if sc.parallel.strategy == "zero1" and world > 1:
+        # ZeroRedundancyOptimizer.step(): the sharded optimizer, then the updated parameters exchanged
+        base = replace(base, optimizer_s=sum(zero1_optimizer_s(sc, prep.workload, prep.gpu, prep.compute, model)))
     # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last one
     # included, adds into the gradients already there
     accumulating = sc.ddp.grad_accumulation_steps > 1
@@ -430,7 +438,7 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
     step_time = statistics.median(step_times)
     last = run.traces[0][-1]  # the breakdown is rank 0's last step
     samples = workload.batch_size * sc.ddp.grad_accumulation_steps * sc.cluster.world_size
-    memory = memory_per_gpu(workload, gradient_as_bucket_view=sc.ddp.gradient_as_bucket_view)
+    memory, memory_totals, recommended, memory_warnings = memory_check(sc, workload, prep.gpu)
     fits = memory["total"] <= prep.gpu.memory_bytes
     p10_s, p90_s, spread_source = _interval(sc, step_time)
     return Result(
@@ -446,11 +454,12 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
         samples_per_s=samples / step_time,
         tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
         memory_bytes=memory, gpu_memory_bytes=prep.gpu.memory_bytes, fits_in_memory=fits,
-        warnings=[] if fits else [_memory_warning(prep, memory["total"])],
+        warnings=memory_warnings,
         events=run.events, wall_s=run.wall_s, mode_reason=run.mode_reason, simulated_ranks=len(run.traces),
         value_sources={**prep.sources, **_option_sources(prep), **spread_source},
         step_time_p10_s=p10_s, step_time_p90_s=p90_s,
         rank_timelines=_timelines(prep, run.traces, run.members),
+        strategy=sc.parallel.strategy, memory_by_strategy=memory_totals, recommended_strategy=recommended,
     )
 
 
@@ -462,7 +471,7 @@ def _step_ends(traces: dict[int, list[RankTrace]], iterations: int) -> list[floa
     return [max(traces[r][i].step_end_s for r in traces) for i in range(iterations)]
 
 
-def _breakdown(prep: Prepared, last: RankTrace) -> dict[str, float]:
+def _breakdown(prep: Prepared, last: RankTrace) -> dict[str, Any]:
     """Rank 0's last step in parts. The rest after forward and backward compute, so the summary's parts
     add up to the step: the wait for the last all-reduces, the copy out of the buckets after them, the
     optimizer and (with accumulation) the no_sync micro-steps before."""
@@ -516,11 +525,6 @@ def _link_records(prep: Prepared, network: Any, end_s: float) -> list[LinkRecord
     order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
     return [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total)
             for i in order if busy[i] > 0]
-
-
-def _memory_warning(prep: Prepared, total_bytes: float) -> str:
-    return (f"plain DDP does not fit: {total_bytes / 2**30:.1f} GiB needed per GPU, "
-            f"{prep.gpu.name} has {prep.gpu.memory_bytes / 2**30:.0f} GiB (shard with FSDP/ZeRO)")
 
 
 def _timelines(prep: Prepared, traces: dict[int, list[RankTrace]],

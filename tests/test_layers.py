@@ -22,12 +22,13 @@ LADDER: tuple[tuple[str, ...], ...] = (
     ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread"),
     ("ddpsim.scenario.link_kinds", "ddpsim.scenario.fields", "ddpsim.scenario.overheads"),
     ("ddpsim.scenario.schema", "ddpsim.scenario.provenance"),
-    ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp"),
+    ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp",
+     "ddpsim.sharded"),
     ("ddpsim.calibration.file", "ddpsim.calibration.apply", "ddpsim.scenario"),
-    ("ddpsim.results", "ddpsim.simulation"),
+    ("ddpsim.results", "ddpsim.simulation", "ddpsim.sharded.simulate"),
     ("ddpsim.report",),
     ("ddpsim.planning",),
-    ("ddpsim.calibration",),
+    ("ddpsim.calibration", "ddpsim.sharded.validate"),
     ("ddpsim.cli", "ddpsim.__main__", "ddpsim"),
 )
 # Rooms off the ladder: such a room imports nothing from ddpsim outside itself, and only the listed

@@ -77,6 +77,23 @@ def register(subparsers: Any) -> None:
     tune.add_argument("--out", metavar="DIR", help="write bucket_cap.png and recommendation.json here")
     tune.set_defaults(handler=cmd_tune_buckets)
 
+    strategy = add_command(subparsers, "tune-strategy", "recommend DDP, ZeRO-1, -2 or -3 (the fastest that fits)", (
+        "ddpsim tune-strategy scenarios/h100-16x8-ib400-llama7b.yaml",
+        "ddpsim tune-strategy scenarios/h100-2x8-ib400-gpt2.yaml --json",
+    ))
+    add_scenario_args(strategy)
+    strategy.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    strategy.set_defaults(handler=cmd_tune_strategy)
+
+    check = add_command(subparsers, "validate-fsdp", "predicted against measured FSDP2 / DDP steps and peak memory", (
+        "ddpsim validate-fsdp runs/fsdp-h100x2",
+        "ddpsim validate-fsdp runs/fsdp-h100x2/fsdp_runs.jsonl --calibration validation/calibration-h100x2.json --json",
+    ))
+    check.add_argument("runs", help="fsdp_runs.jsonl from python -m ddpsim.measure.fsdp, or its folder")
+    check.add_argument("--calibration", metavar="FILE", help="a calibration fitted on other runs (none: defaults)")
+    check.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    check.set_defaults(handler=cmd_validate_fsdp)
+
     scale = add_command(subparsers, "scale", "step time, efficiency and cost vs node count", (
         "ddpsim scale scenarios/h100-2x8-ib400-gpt2.yaml --nodes 1,2,4,8,16 --price-per-gpu-hour 2.5",
         "ddpsim scale scenarios/a100-4x8-eth100-bert-large.yaml --nodes 1,2,4 --out reports/bert-scale",
@@ -173,6 +190,50 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
             if alt.helps:
                 print(f"      {alt.paste}")
     _say_where_plot(args.out, "bucket_cap.png")
+    return 0
+
+
+def cmd_tune_strategy(args: argparse.Namespace) -> int:
+    from ddpsim.planning.strategy import advise_strategy
+    from ddpsim.report.tables import format_time, table
+    from ddpsim.scenario import load_scenario
+
+    advice = advise_strategy(load_scenario(args.scenario, args.overrides))
+    if args.json:
+        print(json.dumps(advice.to_dict(), indent=2))
+        return 0
+    rows = [(o.strategy, format_time(o.step_time_s), f"{o.memory_bytes / 2**30:.1f} GiB",
+             "yes" if o.fits else "NO", format_time(o.exposed_comm_s)) for o in advice.options]
+    print(table(("strategy", "step", "memory per GPU", "fits", "exposed comm"), rows, False))
+    print(f"\nrecommended: {advice.recommended or 'none'}: {advice.why}")
+    return 0
+
+
+def cmd_validate_fsdp(args: argparse.Namespace) -> int:
+    from ddpsim.report.tables import format_time, table
+    from ddpsim.sharded.validate import compare_fsdp_runs, read_fsdp_runs
+
+    calibration = None
+    if args.calibration:
+        from ddpsim.calibration.file import read_calibration
+
+        calibration = read_calibration(args.calibration)
+    rows = compare_fsdp_runs(read_fsdp_runs(args.runs), calibration)
+    if args.json:
+        print(json.dumps([dict(vars(r), step_error=r.step_error, peak_error=r.peak_error) for r in rows], indent=2))
+        return 0
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{100 * value:+.1f}%"
+
+    print(table(("run", "measured", "predicted", "error", "peak measured", "peak predicted", "error"), [
+        (r.label, format_time(r.measured_step_s), format_time(r.predicted_step_s), pct(r.step_error),
+         "-" if r.measured_peak_bytes is None else f"{r.measured_peak_bytes / 2**30:.2f} GiB",
+         f"{r.predicted_peak_bytes / 2**30:.2f} GiB", pct(r.peak_error)) for r in rows], False))
+    for strategy in sorted({r.strategy for r in rows}):
+        errors = [abs(r.step_error) for r in rows if r.strategy == strategy]
+        print(f"{strategy}: step error mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% "
+              f"over {len(errors)} runs")
     return 0
 
 

@@ -40,12 +40,26 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return 0
     print(summary_table(result))
     print()
-    print(bucket_table(result))
+    print(collective_table(result) if result.collectives else bucket_table(result))
     for warning in result.warnings:
         print(f"warning: {warning}")
     if args.out:
         print(f"\nwrote {os.path.join(args.out, 'result.json')}, timeline.png, summary.md")
     return 0
+
+
+def collective_table(result: Result) -> str:
+    """A sharded step's collectives by kind: how many, their bytes and their time (rank 0)."""
+    from ddpsim.report.tables import format_bytes, format_time, table
+
+    kinds: dict[str, list[float]] = {}
+    for c in result.collectives:
+        count_bytes_time = kinds.setdefault(c.kind, [0, 0.0, 0.0])
+        count_bytes_time[0] += 1
+        count_bytes_time[1] += c.bytes
+        count_bytes_time[2] += c.end_s - c.start_s
+    rows = [(kind, int(n), format_bytes(b), format_time(t)) for kind, (n, b, t) in kinds.items()]
+    return table(("collective", "calls", "bytes", "time"), rows, False)
 
 
 def _write_run_dir(result: Result, out: str) -> None:

@@ -49,7 +49,7 @@ def timeline_png(result: Result, path: str, max_ranks: int = 8) -> Any:
     ax = fig.add_subplot()
     for row, rank in enumerate(ranks):
         for start, end, label in result.rank_timelines[rank]:
-            is_comm = label.startswith("all-reduce")
+            is_comm = label.startswith(("all-reduce", "all-gather", "reduce-scatter"))
             colour = _COMM_COLOUR if is_comm else next(
                 (c for k, c in _COLOURS.items() if label.startswith(k)), _OTHER_COLOUR)
             y = row * 2 + (1 if is_comm else 0)

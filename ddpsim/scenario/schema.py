@@ -40,6 +40,9 @@ ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 PROTOCOLS = ("auto", "simple", "ll", "ll128")
 COMM_HOOKS = ("none", "fp16", "bf16")
 MODES = ("auto", "detailed", "fast")
+STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
+SHARD_DTYPES = ("auto", "fp32", "bf16", "fp16")
+SHARD_GROUPS = ("world", "node")
 
 MIB = 1024 * 1024
 DEFAULT_BUCKET_CAP_MB = 25
@@ -195,6 +198,26 @@ class CollectiveSpec:
 
 
 @dataclass(frozen=True)
+class ParallelSpec:
+    """Data parallelism: replicated (DDP) or sharded as ZeRO stage 1 (DDP + ZeroRedundancyOptimizer), 2 or 3
+    (FSDP2 ``fully_shard`` with ``reshard_after_forward`` False or True). ddpsim/sharded/ simulates the last three."""
+
+    strategy: str = spec("strategy", "choice", "ddp: replicated; zero1: DDP with ZeroRedundancyOptimizer; zero2: "
+                         "FSDP2 fully_shard(reshard_after_forward=False); zero3: fully_shard (reshard after forward)",
+                         "ddp", choices=STRATEGIES)
+    param_dtype: str = spec("param_dtype", "choice", "FSDP2 MixedPrecisionPolicy.param_dtype: the all-gather and "
+                            "compute dtype (auto: bf16 under bf16-amp, fp16 under fp16-amp, else fp32)", "auto",
+                            choices=SHARD_DTYPES)
+    reduce_dtype: str = spec("reduce_dtype", "choice", "MixedPrecisionPolicy.reduce_dtype: the reduce-scatter dtype "
+                             "(auto: the param_dtype, as FSDP2 does when it is unset)", "auto", choices=SHARD_DTYPES)
+    unit: str = spec("unit", "text", "the fully_shard units: auto = one per transformer block (the modules under the "
+                     "first numbered name, e.g. model.layers.3), the rest in the root unit; or a regular expression "
+                     "whose match in a module name names its unit", "auto")
+    shard_group: str = spec("shard_group", "choice", "world: shard over every GPU; node: shard within a node and "
+                            "replicate across nodes (HSDP)", "world", choices=SHARD_GROUPS)
+
+
+@dataclass(frozen=True)
 class SimulationSpec:
     """How to simulate."""
 
@@ -220,6 +243,7 @@ class Scenario:
     workload: WorkloadSpec = section("workload", "what runs on each GPU")
     cluster: ClusterSpec = section("cluster", "the GPUs and their links")
     ddp: DDPSpec = section("ddp", "DistributedDataParallel's arguments", DDPSpec)
+    parallel: ParallelSpec = section("parallel", "replicated or sharded data parallelism", ParallelSpec)
     collective: CollectiveSpec = section("collective", "how all-reduces run", CollectiveSpec)
     overheads: OverheadSpec = section("overheads", "DDP costs a calibration fits; defaults: the fit on "
                                       "4 x H200 NVLink", OverheadSpec)
@@ -245,6 +269,7 @@ _SECTION_CLASSES: dict[str, type] = {
     "inter_node": InterNodeSpec,
     "topology": CustomTopologySpec,
     "ddp": DDPSpec,
+    "parallel": ParallelSpec,
     "collective": CollectiveSpec,
     "overheads": OverheadSpec,
     "simulation": SimulationSpec,

@@ -1,0 +1,391 @@
+"""FSDP2 / DDP steps measured per strategy and precision, with each run's peak memory (torch + stdlib only).
+
+    torchrun --standalone --nproc-per-node N -m ddpsim.measure.fsdp --out DIR \
+        --models gpt2-124m,llama-1b --strategies ddp,zero2,zero3 [--param-dtypes bf16,fp32] [--gpus-per-node G]
+
+Strategies: ``ddp`` (DistributedDataParallel, the model's own autocast), ``zero2`` (``fully_shard`` per block and
+on the root with ``reshard_after_forward=False``), ``zero3`` (``reshard_after_forward=True``). A block is a module
+whose name ends in the first numbered part (``h.3``, ``layers.11``): the children of the model's ModuleList, as
+ddpsim's ``parallel.unit: auto`` reads them. FSDP runs take ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``
+from ``--param-dtypes`` (fp32 = no policy: fp32 parameters under the model's autocast) and ``--reduce-dtype``.
+
+Every run appends one record to ``DIR/fsdp_runs.jsonl`` (rank 0 writes): schema ``ddpsim.fsdp_run/1``, the same
+model, shape (nodes, gpus_per_node, emulated nodes) and fingerprint fields as ``ddp_runs.jsonl``, the step's
+median / p10 / p90 and its parts (CUDA events; perf_counter on CPU), ``peak_memory_bytes`` =
+``torch.cuda.max_memory_allocated()`` over the timed steps (after warm-up, so the optimizer states exist; None
+on CPU), ``allocated_after_step_bytes``, the units with their unsharded parameter counts, and status ok / failed
+(an out-of-memory run is a record with its error, and the next run goes on).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import sys
+import time
+import traceback
+from dataclasses import replace
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .common import (
+    Marker,
+    append_jsonl,
+    fingerprint,
+    get_device,
+    hostname_count,
+    log,
+    median,
+    quantile,
+    synchronize,
+)
+from .models import ModelSpec, ddp_param_order, parse_model_arg, resolve
+from .worker import shape_setup
+
+SCHEMA = "ddpsim.fsdp_run/1"
+STRATEGIES = ("ddp", "zero2", "zero3")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+# ----------------------------------------------------------------------------- a LLaMA-style decoder
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * self.weight
+
+
+class LlamaAttention(nn.Module):
+    def __init__(self, d, n_head):
+        super().__init__()
+        self.n_head = n_head
+        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (p(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class LlamaMLP(nn.Module):
+    def __init__(self, d, hidden):
+        super().__init__()
+        self.gate_proj = nn.Linear(d, hidden, bias=False)
+        self.up_proj = nn.Linear(d, hidden, bias=False)
+        self.down_proj = nn.Linear(hidden, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, n_head, hidden):
+        super().__init__()
+        self.self_attn = LlamaAttention(d, n_head)
+        self.mlp = LlamaMLP(d, hidden)
+        self.input_layernorm = RMSNorm(d)
+        self.post_attention_layernorm = RMSNorm(d)
+
+    def forward(self, x):
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Llama(nn.Module):
+    """LLaMA's parameter layout (model.embed_tokens, model.layers.{i}.(self_attn|mlp|norms), model.norm, an untied
+    lm_head); positions are left out (no rotary embedding: it has no parameters and little compute)."""
+
+    def __init__(self, n_layer, d, n_head, hidden, vocab):
+        super().__init__()
+        self.model = nn.Module()
+        self.model.embed_tokens = nn.Embedding(vocab, d)
+        self.model.layers = nn.ModuleList([LlamaBlock(d, n_head, hidden) for _ in range(n_layer)])
+        self.model.norm = RMSNorm(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                nn.init.normal_(p, 0.0, 0.02 / (math.sqrt(2 * n_layer) if name.endswith(("o_proj.weight",
+                                                                                           "down_proj.weight")) else 1))
+
+    def forward(self, idx):
+        x = self.model.embed_tokens(idx)
+        for block in self.model.layers:
+            x = block(x)
+        return self.lm_head(self.model.norm(x))
+
+
+def llama_1b():
+    """About 1.2 B parameters: 16 blocks of width 2048 (MLP 5504), vocabulary 32000."""
+    return Llama(16, 2048, 16, 5504, 32000)
+
+
+def llama_tiny():
+    """For CPU tests: 2 blocks of width 64."""
+    return Llama(2, 64, 4, 160, 128)
+
+
+def gpt_tiny():
+    """For CPU tests: GPT-2's layout (a tied lm_head) at 2 blocks of width 32."""
+    from .models import GPT
+
+    return GPT(n_layer=2, d=32, n_head=2, vocab=64, n_positions=32)
+
+
+def llama_tiny_meta():
+    """``torch:ddpsim.measure.fsdp:llama_tiny_meta`` for ddpsim's importer (the same model)."""
+    return llama_tiny()
+
+
+# source names this module: the loss is then models.default_custom_loss (logits flattened against the tokens
+# whatever the precision), the batch the "gpt" kind's random tokens
+BUILTIN = {
+    "llama-1b": ModelSpec("llama-1b", llama_1b, 4, "bf16-amp", 1024, "adamw", "gpt", vocab=32000,
+                          source="ddpsim.measure.fsdp:llama_1b"),
+    "llama-tiny": ModelSpec("llama-tiny", llama_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=128,
+                            source="ddpsim.measure.fsdp:llama_tiny"),
+    "gpt-tiny": ModelSpec("gpt-tiny", gpt_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=64,
+                          source="ddpsim.measure.fsdp:gpt_tiny"),
+}
+
+
+def resolve_model(name: str) -> ModelSpec:
+    """This module's built-ins (with the same @batch / @precision / @optimizer / @seq options), else models.resolve."""
+    base, opts = parse_model_arg(name)
+    if base not in BUILTIN:
+        return resolve(name)
+    spec = replace(BUILTIN[base], name=name)
+    if "batch" in opts:
+        spec = replace(spec, batch_size=int(opts["batch"]))
+    if "seq" in opts:
+        spec = replace(spec, seq_len=int(opts["seq"]))
+    if "precision" in opts:
+        spec = replace(spec, precision={"bf16": "bf16-amp"}.get(opts["precision"], opts["precision"]))
+    if "optimizer" in opts:
+        spec = replace(spec, optimizer=opts["optimizer"])
+    return spec
+
+
+# ----------------------------------------------------------------------------- wrapping
+def block_names(model: nn.Module) -> list[str]:
+    """Modules whose name ends in its first numbered part (``h.3``, ``model.layers.11``), in module order."""
+    names = []
+    for name, _module in model.named_modules():
+        parts = name.split(".") if name else []
+        if parts and parts[-1].isdigit() and not any(p.isdigit() for p in parts[:-1]):
+            names.append(name)
+    return names
+
+
+def unit_numels(model: nn.Module, blocks: list[str]) -> list[dict]:
+    """Unsharded parameters per unit, root first: each block's, then the rest (shared parameters once)."""
+    modules = dict(model.named_modules())
+    seen: set[int] = set()
+    units = []
+    for name in blocks:
+        params = [p for p in modules[name].parameters() if id(p) not in seen]
+        seen.update(id(p) for p in params)
+        units.append({"name": name, "numel": sum(p.numel() for p in params)})
+    root = sum(p.numel() for p in model.parameters() if id(p) not in seen)
+    return [{"name": "<root>", "numel": root}] + units
+
+
+def fsdp_units(model: nn.Module) -> list[dict]:
+    """The units fully_shard made, read back from FSDP2's own parameter groups (unsharded sizes)."""
+    units = []
+    for name, module in model.named_modules():
+        state = getattr(module, "_get_fsdp_state", None)
+        group = state()._fsdp_param_group if state is not None else None
+        if group is not None:
+            numel = sum(p._orig_size.numel() for p in group.fsdp_params)
+            units.append({"name": name or "<root>", "numel": numel})
+    return units
+
+
+def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
+         hsdp_nodes: int = 0):
+    """DDP, or fully_shard per block and on the root; ``hsdp_nodes`` > 1: a 2-D mesh that shards within each
+    group of world / hsdp_nodes consecutive ranks (a node) and replicates across the groups (HSDP)."""
+    if strategy == "ddp":
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        return DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    policy = (MixedPrecisionPolicy() if param_dtype == "fp32"
+              else MixedPrecisionPolicy(param_dtype=DTYPES[param_dtype], reduce_dtype=DTYPES[reduce_dtype]))
+    reshard = strategy == "zero3"
+    mesh = None
+    if hsdp_nodes > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(device.type, (hsdp_nodes, dist.get_world_size() // hsdp_nodes),
+                                mesh_dim_names=("replicate", "shard"))
+    modules = dict(model.named_modules())
+    for name in block_names(model):
+        fully_shard(modules[name], mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard, mp_policy=policy)
+    return model
+
+
+# ----------------------------------------------------------------------------- one run
+def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
+            warmup: int, steps: int, hsdp_nodes: int = 0) -> dict:
+    rank = dist.get_rank()
+    torch.manual_seed(0)
+    model = spec.build_on(device)
+    model.train()
+    n_params = sum(p.numel() for _, p in ddp_param_order(model))
+    param_bytes = sum(p.numel() * p.element_size() for _, p in ddp_param_order(model))
+    expected_units = unit_numels(model, block_names(model))
+    wrapped = wrap(model, strategy, param_dtype, reduce_dtype, device, hsdp_nodes)
+    units = fsdp_units(model) if strategy != "ddp" else []
+    opt = spec.make_optimizer(wrapped.parameters())
+    batch = spec.make_batch(device, seed=1234 + rank)
+    times: dict[str, list[float]] = {"step": [], "fwd": [], "bwd": [], "opt": []}
+
+    def one_step(record: bool) -> None:
+        m0, m1, m2, m3 = (Marker(device) for _ in range(4))
+        m0.record()
+        opt.zero_grad(set_to_none=True)
+        loss = spec.loss(wrapped, batch)
+        m1.record()
+        loss.backward()
+        m2.record()
+        opt.step()
+        m3.record()
+        synchronize(device)
+        if record:
+            times["step"].append(m3.seconds_since(m0))
+            times["fwd"].append(m1.seconds_since(m0))
+            times["bwd"].append(m2.seconds_since(m1))
+            times["opt"].append(m3.seconds_since(m2))
+
+    for _ in range(warmup):
+        one_step(False)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    for _ in range(steps):
+        one_step(True)
+    peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    allocated = torch.cuda.memory_allocated(device) if cuda else None
+    peaks = None
+    if cuda and dist.get_world_size() > 1:
+        t = torch.tensor([float(peak)], dtype=torch.float64, device=device)
+        gathered = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+        dist.all_gather(gathered, t)
+        peaks = [int(g.item()) for g in gathered]
+    st = times["step"]
+    return {
+        "step_s_median": median(st), "step_s_p10": quantile(st, 0.1), "step_s_p90": quantile(st, 0.9),
+        "step_times_s": st, "forward_s_median": median(times["fwd"]), "backward_s_median": median(times["bwd"]),
+        "optimizer_s_median": median(times["opt"]),
+        "step_time_source": "cuda_event" if cuda else "perf_counter",
+        "peak_memory_bytes": peak, "peak_memory_bytes_per_rank": peaks, "allocated_after_step_bytes": allocated,
+        "n_params": n_params, "param_bytes": param_bytes, "units": units, "expected_units": expected_units,
+        "iterations": len(st), "warmup": warmup,
+    }
+
+
+def plan(models: list[str], strategies: list[str], param_dtypes: list[str]) -> list[tuple[str, str, str]]:
+    """(model, strategy, param dtype): DDP once per model (its precision is the model's autocast)."""
+    runs = []
+    for m in models:
+        for s in strategies:
+            for dt in (["fp32"] if s == "ddp" else param_dtypes):
+                runs.append((m, s, dt))
+    return runs
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.fsdp", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", required=True, help="folder; fsdp_runs.jsonl is appended to")
+    ap.add_argument("--models", default="gpt2-124m,llama-1b",
+                    help="built-in names (llama-1b, llama-tiny, gpt-tiny and ddpsim.measure.models'), module:factory or hf:CONFIG, "
+                         "each with @batch=B, @precision=fp32|bf16, @optimizer, @seq; comma separated")
+    ap.add_argument("--strategies", default=",".join(STRATEGIES), help="ddp, zero2, zero3 (comma separated)")
+    ap.add_argument("--param-dtypes", default="bf16",
+                    help="FSDP runs: MixedPrecisionPolicy param_dtype per run (fp32: no policy); comma separated")
+    ap.add_argument("--reduce-dtype", default="fp32", choices=sorted(DTYPES), help="MixedPrecisionPolicy reduce_dtype")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=1, help="the whole plan this many times (each run rebuilt)")
+    ap.add_argument("--transport", default="nvlink", help="label of the intra-node transport (NCCL env set by the caller)")
+    ap.add_argument("--gpus-per-node", type=int, default=None, help="emulate nodes of G GPUs (own NCCL_HOSTID)")
+    ap.add_argument("--inter-node-transport", default=None)
+    ap.add_argument("--hsdp", action="store_true",
+                    help="FSDP runs shard within a node (--gpus-per-node, or this host's ranks) and replicate across "
+                         "nodes (a 2-D DeviceMesh); records shard_group 'node'")
+    ap.add_argument("--launch-id", default=None)
+    a = ap.parse_args(argv)
+    a.strategy_list = [s for s in a.strategies.split(",") if s]
+    a.dtype_list = [d for d in a.param_dtypes.split(",") if d]
+    bad = [s for s in a.strategy_list if s not in STRATEGIES] + [d for d in a.dtype_list if d not in DTYPES]
+    if bad:
+        ap.error(f"unknown strategy or dtype: {', '.join(bad)} (strategies {', '.join(STRATEGIES)}; "
+                 f"dtypes {', '.join(DTYPES)})")
+    return a
+
+
+def main(argv=None) -> int:
+    a = parse_args(argv)
+    models = [m for m in a.models.split(",") if m]
+    specs = {m: resolve_model(m) for m in models}  # a typo fails before any process group exists
+    os.makedirs(a.out, exist_ok=True)
+    launch_id = a.launch_id or f"fsdp_{a.transport}_w{os.environ.get('WORLD_SIZE', '1')}"
+    shape, _nccl_log = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
+    device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    kw = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=600), **kw)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    fp = fingerprint(device, world, a.transport, hostname_count())
+    hsdp_nodes = shape["nodes"] if a.hsdp else 0
+    out_path = os.path.join(a.out, "fsdp_runs.jsonl")
+    failed = 0
+    for round_index in range(a.rounds):
+        for model, strategy, param_dtype in plan(models, a.strategy_list, a.dtype_list):
+            spec = specs[model]
+            base = {"schema": SCHEMA, "model": model, "batch_size": spec.batch_size, "precision": spec.precision,
+                    "seq_len": spec.seq_len, "optimizer": spec.optimizer, "strategy": strategy,
+                    "reshard_after_forward": strategy == "zero3" if strategy != "ddp" else None,
+                    "param_dtype": param_dtype if strategy != "ddp" else None,
+                    "reduce_dtype": (a.reduce_dtype if param_dtype != "fp32" else None) if strategy != "ddp" else None,
+                    "shard_group": ("node" if hsdp_nodes > 1 else "world") if strategy != "ddp" else None,
+                    "world_size": world, "transport": a.transport, "launch_id": launch_id, "round": round_index,
+                    "model_source": spec.source, **shape, "fingerprint": fp}
+            t0 = time.perf_counter()
+            try:
+                rec = dict(base, status="ok", error=None,
+                           **measure(spec, strategy, param_dtype, a.reduce_dtype, device, a.warmup, a.steps,
+                                     hsdp_nodes))
+            except Exception:  # noqa: BLE001 - one failed run (out of memory, a model error) must not end the launch
+                failed += 1
+                err = traceback.format_exc()[-4000:]
+                log(f"FAILED {model} {strategy} {param_dtype}: {err.splitlines()[-1]}")
+                rec = dict(base, status="failed", error=err)
+            if device.type == "cuda":
+                torch.cuda.empty_cache()  # the run's model and optimizer went with measure()'s frame
+            if rank == 0:
+                append_jsonl(out_path, rec)
+                step = rec.get("step_s_median")
+                peak = rec.get("peak_memory_bytes")
+                log(f"{model} {strategy} {param_dtype}: {rec['status']}"
+                    + (f", step {step * 1e3:.2f} ms" if step else "")
+                    + (f", peak {peak / 2**30:.2f} GiB" if peak else "") + f" ({time.perf_counter() - t0:.1f} s)")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""Which data-parallel strategy to train with: every strategy simulated, the fastest that fits chosen.
+
+Both kinds of step slow compute while a collective is in flight (``overheads.compute_slowdown``, fitted on DDP
+runs); DDP also pays its bucket terms. FSDP2's own host work per unit (its hooks, DTensor bookkeeping) is not
+modelled and no FSDP run has been measured against the model yet (docs/sharded.md), so the advice says so
+whenever it picks a sharded strategy over a DDP that fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddpsim.results import Result
+from ddpsim.scenario.schema import STRATEGIES, Scenario
+from ddpsim.simulation import prepare, simulate
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    strategy: str
+    step_time_s: float
+    memory_bytes: float
+    fits: bool
+    comm_time_s: float
+    exposed_comm_s: float
+
+
+@dataclass(frozen=True)
+class StrategyAdvice:
+    recommended: str | None  # None: nothing fits
+    options: list[StrategyOption]
+    gpu_memory_bytes: float
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"recommended": self.recommended, "why": self.why, "gpu_memory_bytes": self.gpu_memory_bytes,
+                "options": [vars(o) for o in self.options]}
+
+
+def _option(result: Result) -> StrategyOption:
+    return StrategyOption(result.strategy, result.step_time_s, result.memory_bytes["total"], result.fits_in_memory,
+                          result.comm_time_s, result.exposed_comm_s)
+
+
+def advise_strategy(scenario: Scenario, strategies: tuple[str, ...] = STRATEGIES) -> StrategyAdvice:
+    """Simulate the scenario under each strategy; recommend the fastest of those that fit."""
+    prepared = prepare(scenario)
+    options = [_option(simulate(replace(prepared, scenario=replace(prepared.scenario,
+                                                                   parallel=replace(prepared.scenario.parallel,
+                                                                                    strategy=s)))))
+               for s in strategies]
+    fitting = [o for o in options if o.fits]
+    gpu = prepared.gpu
+    if not fitting:
+        least = min(options, key=lambda o: o.memory_bytes)
+        return StrategyAdvice(None, options, gpu.memory_bytes,
+                              f"none fits in {gpu.memory_bytes / 2**30:.0f} GiB; the least is {least.strategy} at "
+                              f"{least.memory_bytes / 2**30:.1f} GiB per GPU")
+    best = min(fitting, key=lambda o: o.step_time_s)
+    others = [o for o in fitting if o is not best]
+    why = f"{best.strategy} is the fastest that fits: {best.step_time_s * 1e3:.1f} ms per step, " \
+          f"{best.memory_bytes / 2**30:.1f} of {gpu.memory_bytes / 2**30:.0f} GiB"
+    if others:
+        why += "; " + ", ".join(f"{o.strategy} {o.step_time_s * 1e3:.1f} ms ({o.step_time_s / best.step_time_s - 1:+.0%})"
+                                for o in others)
+    left_out = [o.strategy for o in options if not o.fits]
+    if left_out:
+        why += f"; {', '.join(left_out)} do not fit"
+    ddp = next((o for o in fitting if o.strategy == "ddp"), None)
+    if ddp is not None and best.strategy in ("zero2", "zero3"):
+        why += (". Caution: FSDP2's host work per unit is not modelled and no FSDP run has been checked against "
+                "this prediction yet (a launch-bound model can lose what the sharded optimizer saves)")
+    return StrategyAdvice(best.strategy, options, gpu.memory_bytes, why)

@@ -1,0 +1,179 @@
+"""A ZeRO-2 / ZeRO-3 (FSDP2) step of a prepared scenario, as a Result; and ZeRO-1's optimizer step.
+
+The simulation's inputs come from ``simulation.prepare()`` (workload, GPU, compute, the world's collective
+model); this module prices the units' collectives (``sharded.collectives``), runs ``sharded.step`` and
+reads its trace into a ``Result``. Of DDP's overhead terms only ``compute_slowdown`` applies (NCCL kernels
+slow compute whatever the collective); the others describe DDP's buckets (launch, stretch, hooks). Every
+term was fitted on DDP runs; no FSDP run has been measured against them yet, and ``value_sources`` says so.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ddpsim.collectives import CollectiveModel
+from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import GPUSpec
+from ddpsim.hardware.compute import StepCompute
+from ddpsim.results import CollectiveRecord, Result
+from ddpsim.scenario.schema import Scenario
+from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, shard_groups
+from ddpsim.sharded.costs import layer_seconds, sharded_optimizer_s
+from ddpsim.sharded.memory import (
+    Precision,
+    fit_text,
+    memory_by_strategy,
+    recommend_strategy,
+    resolve_precision,
+    shard_degree,
+)
+from ddpsim.sharded.step import ShardedCosts, ShardedTrace, simulate_step
+from ddpsim.sharded.units import ShardUnit, shard_units
+from ddpsim.workload.model import Workload
+
+
+def precision_of(scenario: Scenario) -> Precision:
+    parallel = scenario.parallel
+    return resolve_precision(parallel.param_dtype, parallel.reduce_dtype, scenario.workload.precision)
+
+
+def strategy_memory(scenario: Scenario, workload: Workload) -> tuple[dict[str, dict[str, float]], list[ShardUnit]]:
+    """Every strategy's memory per GPU for this scenario, and the units it assumed."""
+    units = shard_units(workload, scenario.parallel.unit)
+    cluster = scenario.cluster
+    by_strategy = memory_by_strategy(workload, cluster.world_size, cluster.gpus_per_node, units,
+                                     precision_of(scenario), scenario.parallel.shard_group,
+                                     scenario.ddp.gradient_as_bucket_view)
+    return by_strategy, units
+
+
+def memory_check(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[dict[str, float], dict[str, float],
+                                                                                str | None, list[str]]:
+    """(this strategy's memory by part, every strategy's total, the cheapest that fits, warnings)."""
+    by_strategy, _units = strategy_memory(scenario, workload)
+    strategy = scenario.parallel.strategy
+    memory = by_strategy[strategy]
+    warnings = [] if memory["total"] <= gpu.memory_bytes else [fit_text(strategy, by_strategy, gpu.name,
+                                                                         gpu.memory_bytes)]
+    return (memory, {s: m["total"] for s, m in by_strategy.items()},
+            recommend_strategy(by_strategy, gpu.memory_bytes), warnings)
+
+
+def zero1_optimizer_s(scenario: Scenario, workload: Workload, gpu: GPUSpec, compute: StepCompute,
+                      model: CollectiveModel) -> tuple[float, float]:
+    """ZeroRedundancyOptimizer.step(): the optimizer on this rank's 1/n of the parameters, then every
+    rank's updated parameters sent to all (``_sync_params``: a broadcast per rank, the bytes of an
+    all-gather of the parameters, priced as one). Returns (optimizer, parameter exchange) seconds."""
+    n = scenario.cluster.world_size
+    exchange = half_ring_price(model, float(sum(p.bytes for p in workload.params)), scenario.collective.protocol)
+    return sharded_optimizer_s(workload, gpu, compute.optimizer_s, n), exchange.seconds
+
+
+def _check(scenario: Scenario) -> None:
+    sim = scenario.simulation
+    for name, on in (("simulation.jitter_cv", sim.jitter_cv > 0), ("simulation.jitter_from_profile",
+                     sim.jitter_from_profile), ("simulation.straggler_rank", sim.straggler_rank is not None),
+                     ("ddp.grad_accumulation_steps", scenario.ddp.grad_accumulation_steps > 1)):
+        if on:
+            raise ScenarioError(f"is not simulated with parallel.strategy {scenario.parallel.strategy} (ddp only)",
+                                file=scenario.source, field=name)
+
+
+def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compute: StepCompute,
+                     model: CollectiveModel, sources: dict[str, str], copy_Bps: float) -> Result:
+    """One FSDP2 step (parallel.strategy zero2 or zero3) as a Result."""
+    wall_start = time.perf_counter()
+    _check(scenario)
+    cluster, parallel = scenario.cluster, scenario.parallel
+    precision = precision_of(scenario)
+    units = shard_units(workload, parallel.unit)
+    n = shard_degree(parallel.strategy, parallel.shard_group, cluster.world_size, cluster.gpus_per_node)
+    groups = shard_groups(cluster, model, parallel.shard_group)
+    protocol = scenario.collective.protocol
+    communicating = cluster.world_size > 1
+    ag_bytes = [u.numel * precision.param_bytes for u in units]
+    rs_bytes = [u.numel * precision.reduce_bytes for u in units]
+    replica_bytes = [b / n for b in rs_bytes]
+    none = Price(0.0, 0.0, "none")
+    all_gather = tuple(half_ring_price(groups.shard, b, protocol) if communicating else none for b in ag_bytes)
+    reduce_scatter = tuple(half_ring_price(groups.shard, b, protocol) if communicating else none for b in rs_bytes)
+    replica = tuple(allreduce_price(groups.replicate, b, scenario.collective.algorithm, protocol)
+                    if groups.replicate is not None else none for b in replica_bytes)
+    launch_s = gpu.kernel_launch_s
+    forward_s, backward_s = layer_seconds(workload, gpu, compute, scenario.workload.compute_efficiency)
+    optimizer_s = sharded_optimizer_s(workload, gpu, compute.optimizer_s, n)
+    costs = ShardedCosts(
+        strategy=parallel.strategy, units=tuple(units), layer_order=workload.execution_order,
+        forward_s=forward_s, backward_s=backward_s, all_gather=all_gather, reduce_scatter=reduce_scatter,
+        replica_allreduce=replica,
+        # FSDP2 copies each gathered unit out of the all-gather buffer (read + write) and each unit's
+        # gradients into the reduce-scatter buffer (read + write), one kernel each
+        copy_out_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in ag_bytes),
+        rs_copy_in_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in rs_bytes),
+        optimizer_s=optimizer_s,
+        compute_slowdown=scenario.overheads.compute_slowdown - 1.0 if communicating else 0.0,
+    )
+    trace = simulate_step(costs, list(zip(ag_bytes, rs_bytes, replica_bytes, strict=True)))
+    memory, totals, recommended, warnings = memory_check(scenario, workload, gpu)
+    step_time = trace.step_end_s
+    samples = workload.batch_size * cluster.world_size
+    spans = [(c.start_s, c.end_s) for c in trace.collectives]
+    compute_spans = [(a, b) for a, b, _label in trace.compute_intervals]
+    protocols = sorted({c.protocol for c in trace.collectives})
+    notes = {
+        "data parallelism": _strategy_text(parallel.strategy, n, parallel.shard_group, precision, len(units)),
+        "activations": ("the workload's own count of what autograd saves (zoo) or the torch importer's estimate, "
+                        "not measured"),
+        "sharded overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
+                              f"while both run; compute {scenario.overheads.compute_slowdown:g}x slower while one is in "
+                              "flight (overheads.compute_slowdown, from DDP's all-reduces: see DDP overheads); DDP's "
+                              "bucket terms not applied; none of it measured on FSDP runs yet"),
+    }
+    return Result(
+        scenario=scenario.source, model=workload.name, gpu=gpu.name, world_size=cluster.world_size,
+        nodes=cluster.nodes, gpus_per_node=cluster.gpus_per_node,
+        algorithm="ring" if communicating else "none", protocol="/".join(protocols) or "none", mode="fast",
+        bucket_cap_mb=None, step_time_s=step_time, step_times_s=[step_time],
+        forward_s=trace.forward_end_s, backward_s=trace.backward_compute_end_s - trace.forward_end_s,
+        optimizer_s=optimizer_s, comm_time_s=sum(b - a for a, b in spans),
+        exposed_comm_s=_union(spans + compute_spans) - _union(compute_spans),
+        compute_only_s=compute.forward_s + compute.backward_s + optimizer_s,
+        copy_s=sum(b - a for a, b, label in trace.compute_intervals if label.startswith("copy")),
+        buckets=[], samples_per_s=samples / step_time if step_time > 0 else 0.0,
+        tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len and step_time > 0 else None,
+        memory_bytes=memory, gpu_memory_bytes=gpu.memory_bytes, fits_in_memory=memory["total"] <= gpu.memory_bytes,
+        warnings=warnings, wall_s=time.perf_counter() - wall_start,
+        mode_reason="one rank stands for all: identical ranks, collectives priced in FAST mode",
+        simulated_ranks=1, value_sources={**sources, **notes},
+        rank_timelines={0: _timeline(trace)},
+        comm_wait_s=trace.backward_end_s - trace.backward_compute_end_s, step_optimizer_s=optimizer_s,
+        strategy=parallel.strategy,
+        collectives=[CollectiveRecord(c.kind, c.unit, c.bytes, c.protocol, c.start_s, c.end_s)
+                     for c in trace.collectives],
+        memory_by_strategy=totals, recommended_strategy=recommended,
+    )
+
+
+def _strategy_text(strategy: str, n: int, shard_group: str, precision: Precision, n_units: int) -> str:
+    how = "reshard after forward" if strategy == "zero3" else "no reshard after forward"
+    group = f"sharded over {n} GPUs" + (" of a node, replicated across nodes (HSDP)" if shard_group == "node" else "")
+    return (f"{strategy}: FSDP2 fully_shard, {how}, {n_units} units, {group}; all-gather in {precision.param_dtype}, "
+            f"reduce-scatter in {precision.reduce_dtype} (scenario parallel.*)")
+
+
+def _timeline(trace: ShardedTrace) -> list[tuple[float, float, str]]:
+    return list(trace.compute_intervals) + [(c.start_s, c.end_s, f"{c.kind} {c.unit}") for c in trace.collectives]
+
+
+def _union(intervals: list[tuple[float, float]]) -> float:
+    total, current = 0.0, None
+    for start, stop in sorted(intervals):
+        if current is None or start > current[1]:
+            if current is not None:
+                total += current[1] - current[0]
+            current = [start, stop]
+        else:
+            current[1] = max(current[1], stop)
+    if current is not None:
+        total += current[1] - current[0]
+    return total

@@ -1,0 +1,125 @@
+"""Predicted against measured FSDP2 / DDP steps: ``fsdp_runs.jsonl`` from ``python -m ddpsim.measure.fsdp``.
+
+Each successful run becomes the scenario that describes it (model, batch, precision, sequence, GPU, shape,
+transport, strategy and mixed-precision policy), is simulated, and is compared on its step time (the median
+of the run's steps) and its peak memory (``torch.cuda.max_memory_allocated``, the largest over the ranks).
+Nothing here is fitted: a calibration given is used as it is, and the runs compared must be runs it never saw.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ddpsim.calibration.file import Calibration
+from ddpsim.calibration.measured_scenarios import catalog_gpu
+from ddpsim.calibration.measurements import read_jsonl
+from ddpsim.errors import ScenarioError
+from ddpsim.scenario.link_kinds import intra_type_of_class
+from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.scenario.schema import Scenario
+from ddpsim.simulation import simulate
+from ddpsim.workload.zoo import ZOO_NAMES
+
+SCHEMA = "ddpsim.fsdp_run/1"
+FILE_NAME = "fsdp_runs.jsonl"
+# the harness's own built-ins, imported by ddpsim from the harness module (the same nn.Module, meta device)
+HARNESS_FACTORIES = {"llama-1b": "llama_1b", "llama-tiny": "llama_tiny", "gpt-tiny": "gpt_tiny"}
+_PRECISION_WORDS = {"bf16": "bf16-amp", "bf16-amp": "bf16-amp", "fp32": "fp32", "fp16-amp": "fp16-amp"}
+
+
+@dataclass(frozen=True)
+class FsdpComparison:
+    label: str
+    strategy: str
+    measured_step_s: float
+    predicted_step_s: float
+    measured_peak_bytes: float | None
+    predicted_peak_bytes: float
+
+    @property
+    def step_error(self) -> float:
+        return self.predicted_step_s / self.measured_step_s - 1
+
+    @property
+    def peak_error(self) -> float | None:
+        if not self.measured_peak_bytes:
+            return None
+        return self.predicted_peak_bytes / self.measured_peak_bytes - 1
+
+
+def read_fsdp_runs(path: str) -> list[dict[str, Any]]:
+    """The successful runs of a ``fsdp_runs.jsonl`` (or of the one in a folder), each tagged with its line."""
+    file = os.path.join(path, FILE_NAME) if os.path.isdir(path) else path
+    if not os.path.exists(file):
+        raise ScenarioError("file not found (expected the harness's fsdp_runs.jsonl)", file=file)
+    runs = []
+    for line, record in enumerate(read_jsonl(file), start=1):
+        if record.get("schema") != SCHEMA:
+            raise ScenarioError(f"expected schema {SCHEMA!r}, got {record.get('schema')!r}", file=file,
+                                field=f"line {line}.schema")
+        for key in ("model", "strategy", "world_size", "transport", "batch_size"):
+            if key not in record:
+                raise ScenarioError("missing field", file=file, field=f"line {line}.{key}")
+        if record.get("status") == "ok":
+            runs.append(dict(record, _source=file, _line=line))
+    return runs
+
+
+def _model(run: dict[str, Any]) -> str:
+    name = str(run["model"]).split("@")[0]
+    if name in ZOO_NAMES:
+        return name
+    if name in HARNESS_FACTORIES:
+        return f"torch:ddpsim.measure.fsdp:{HARNESS_FACTORIES[name]}"
+    if ":" in name and not name.startswith("hf:"):
+        return f"torch:{name}"
+    raise ScenarioError(f"model {name!r} is neither in ddpsim's zoo nor a module:factory ddpsim can import",
+                        file=run.get("_source"), field=f"line {run.get('_line', '?')}.model")
+
+
+def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = None) -> Scenario:
+    """The scenario a harness FSDP run describes (emulated nodes count as nodes, as for DDP runs)."""
+    fingerprint = run.get("fingerprint") or {}
+    world = int(run["world_size"])
+    nodes = int(run.get("nodes") or 1)
+    where = f"line {run.get('_line', '?')}"
+    try:
+        intra = intra_type_of_class(str(run["transport"]))
+    except KeyError:
+        raise ScenarioError(f"unknown transport {run['transport']!r}", file=run.get("_source"),
+                            field=f"{where}.transport") from None
+    cluster: dict[str, Any] = {"gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))), "nodes": nodes,
+                               "gpus_per_node": world // nodes, "intra_node": {"type": intra}}
+    if nodes > 1:
+        cluster["inter_node"] = {"type": "fat-tree", "nics_per_node": 1}
+    strategy = str(run["strategy"])
+    parallel: dict[str, Any] = {"strategy": strategy}
+    if strategy != "ddp":
+        parallel["param_dtype"] = run.get("param_dtype") or "fp32"
+        parallel["reduce_dtype"] = run.get("reduce_dtype") or parallel["param_dtype"]
+        parallel["shard_group"] = run.get("shard_group") or "world"
+    workload: dict[str, Any] = {"model": _model(run), "batch_size": int(run["batch_size"]),
+                                "precision": _PRECISION_WORDS.get(str(run.get("precision", "fp32")), "fp32")}
+    if run.get("seq_len"):
+        workload["seq_len"] = int(run["seq_len"])
+    data = {"workload": workload, "cluster": cluster, "parallel": parallel, "simulation": {"mode": "fast"}}
+    scenario = scenario_from_dict(data, file=f"<{run.get('_source', FILE_NAME)} {where}>")
+    return replace(scenario, calibration=calibration)
+
+
+def run_label(run: dict[str, Any]) -> str:
+    dtype = f"/{run['param_dtype']}" if run.get("param_dtype") else ""
+    return f"{run['model']}/{run['transport']}/w{run['world_size']}/{run['strategy']}{dtype}"
+
+
+def compare_fsdp_runs(runs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[FsdpComparison]:
+    rows = []
+    for run in runs:
+        result = simulate(fsdp_run_scenario(run, calibration))
+        per_rank = run.get("peak_memory_bytes_per_rank") or []
+        peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
+        rows.append(FsdpComparison(run_label(run), str(run["strategy"]), float(run["step_s_median"]),
+                                   result.step_time_s, float(peak) if peak else None, result.memory_bytes["total"]))
+    return rows
