@@ -229,3 +229,11 @@ def test_a_wheel_carries_the_measure_package():
     assert "ddpsim.measure" in found
     assert {"cli.py", "args.py", "plans.py", "worker.py", "hf.py", "__main__.py"} <= {
         p.name for p in (root / "ddpsim" / "measure").glob("*.py")}
+
+
+def test_a_built_in_sequence_model_trains_in_fp32_too():
+    # its logits are (batch, tokens, vocab): the fp32 loss flattens them as the bf16 one does
+    spec = models.resolve("gpt2-124m@precision=fp32@batch=1@seq=8")
+    model = spec.build_on("cpu")
+    loss = spec.loss(model, spec.make_batch(torch.device("cpu")))
+    assert loss.dim() == 0 and abs(float(loss.detach()) - torch.log(torch.tensor(50257.0)).item()) < 1.5

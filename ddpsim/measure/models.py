@@ -361,7 +361,8 @@ class ModelSpec:
                 out = model(x)
                 return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
         out = model(x)
-        return F.cross_entropy(out, y)
+        # sequence models give (batch, tokens, vocab) logits: flattened, as under autocast above
+        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
     def make_optimizer(self, params):
         if self.optimizer == "adamw":
