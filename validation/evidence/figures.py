@@ -344,3 +344,11 @@ def multinode_allreduce(fig: dict[str, Any], stages: Stages) -> str:
 
 
 RENDERERS["multinode_allreduce"] = multinode_allreduce
+
+
+def stage_text(fig: dict[str, Any], stages: Stages) -> str:
+    """A stage whose output is already Markdown, as it is."""
+    return stages.text(fig["stage"]).rstrip("\n")
+
+
+RENDERERS["stage_text"] = stage_text
