@@ -1,7 +1,7 @@
 """ddpsim against others' published measurements (../shared/external; skipped when absent).
 
 These are regression guards with bounds measured once and given margin, not accuracy claims:
-see benchmarks/external_accuracy.py for the full tables and the causes of the large errors.
+see validation/evidence/stages/external_accuracy.py for the full tables and the causes of the large errors.
 """
 
 from __future__ import annotations

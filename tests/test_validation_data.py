@@ -106,7 +106,7 @@ def test_the_probed_h100_multinode_calibration_predicts_another_allocation(capsy
     """validation/calibration-h100x4-multinode.json (fitted on campaign U with its network probe) on S,
     another 4 x H100 allocation it never saw: every network shape within the issue's DDP target (8% mean,
     20% max; measured 7.4 / 7.1 / 6.2% mean, 15.7% max when committed). S is the best of the three H100
-    allocations R, S, T; R misses on 2x2 and T on 2x1 and 2x2 (benchmarks/shipped_multinode.py)."""
+    allocations R, S, T; R misses on 2x2 and T on 2x1 and 2x2 (validation/evidence/stages/shipped_multinode.py)."""
     folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27b")
     calibration = os.path.join(ROOT, "validation", "calibration-h100x4-multinode.json")
     code = main(["validate", folder, "--calibration", calibration, "--json", "--max-mape", "100",

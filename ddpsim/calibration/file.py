@@ -55,7 +55,7 @@ NO_EFFECT: dict[str, Any] = {
 # ``calibrate(comm_terms_fitted_models_only=True)`` (not the default) leaves them at no effect for a model its overheads
 # were not fitted on: they absorb what is particular to the fitted models (GPT-2's launch-to-launch host
 # time lands in the all-reduce stretch), and a communication-bound model pays them on every byte. Leave one
-# model out (benchmarks/overheads_across_models.py), mean error carried -> not carried: campaign A (4 x H200)
+# model out (validation/evidence/stages/overheads_across_models.py), mean error carried -> not carried: campaign A (4 x H200)
 # NVLink 23.7 -> 8.3%, shared memory 4.5 -> 5.4%, sockets 12.1 -> 6.2%; K (h100x4-overlap-2026-11-27) NVLink
 # 37.8 -> 7.1%, shared memory 8.5 -> 7.3%; O NVLink 13.3 -> 13.4%. Not the default: on the held-out
 # communication-bound mlp-wide (h100x4-mlp-wide-2026-11-27, measured after the option was built), predicted

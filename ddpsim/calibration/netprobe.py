@@ -7,7 +7,7 @@ patterns over the median of its one-way patterns, taken on NCCL's collectives be
 (a two-rank all-reduce against a broadcast) where the launch measured them, else on its
 point-to-point patterns; the campaign's is the median over its launches, reported with each launch's
 value and the range of its single probe rounds (one round moves by a median 0.06 between the rounds of a
-launch and between launches of one allocation, up to 0.26: benchmarks/multinode_noise.py).
+launch and between launches of one allocation, up to 0.26: validation/evidence/stages/multinode_noise.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from ddpsim.errors import ScenarioError
 
 SCHEMA = "ddpsim.netprobe/1"
 # how far one probe round may sit from the median of all before it is named: twice the largest spread
-# between two launches of one shape on one allocation (0.137 on U, V and W; benchmarks/multinode_noise.py)
+# between two launches of one shape on one allocation (0.137 on U, V and W; validation/evidence/stages/multinode_noise.py)
 ROUND_OUTLIER = 0.2
 
 

@@ -167,7 +167,7 @@ def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibratio
         if not ALLREDUCE_CHECK_MIN_BYTES <= sample.bytes <= ALLREDUCE_CHECK_MAX_BYTES:
             continue
         if sample.nodes > 1 or sample.algorithm == "tree":
-            continue  # across nodes and forced trees: benchmarks/multinode_allreduce.py checks those
+            continue  # across nodes and forced trees: validation/evidence/stages/multinode_allreduce.py checks those
         fitted = calibration.link_fit(sample.link_class, sample.world_size, 1)
         if fitted is None:
             continue

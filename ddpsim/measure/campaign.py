@@ -348,7 +348,7 @@ def main(argv=None):
     ap.add_argument("--profile-gpus", type=int, default=1,
                     help="GPUs that profile every model at once, the slowest rank's profile kept (0: as many as "
                          "the campaign's largest shape uses). Default 1, one GPU alone: on three 2 x H100 "
-                         "allocations profiling at once predicted no better (benchmarks/concurrent_profile.py)")
+                         "allocations profiling at once predicted no better (validation/evidence/stages/concurrent_profile.py)")
     ap.add_argument("--microbench", action="store_true", help="one micro-benchmark launch (largest world, nvlink)")
     ap.add_argument("--overlap-bench", action="store_true",
                     help="each sweep launch also times every model's backward beside all-reduces (overlap.jsonl)")
