@@ -237,3 +237,16 @@ def test_a_built_in_sequence_model_trains_in_fp32_too():
     model = spec.build_on("cpu")
     loss = spec.loss(model, spec.make_batch(torch.device("cpu")))
     assert loss.dim() == 0 and abs(float(loss.detach()) - torch.log(torch.tensor(50257.0)).item()) < 1.5
+
+
+def test_the_sharded_plan_measures_every_strategy_and_resumes(tmp_path):
+    done = _measure(tmp_path, "--plan", "sharded", "--model", "llama-tiny", "--budget", "150s")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "m"
+    runs = [json.loads(x) for x in (out / "fsdp_runs.jsonl").read_text().splitlines()]
+    assert sorted(r["strategy"] for r in runs) == ["ddp", "zero2", "zero3"]
+    assert all(r["status"] == "ok" and r["transport"] == "socket" and r["world_size"] == 2 for r in runs)
+    assert "llama-tiny socket zero3 (bf16 params):" in done.stdout and "ddpsim validate-fsdp" in done.stdout
+    again = _measure(tmp_path, "--plan", "sharded", "--model", "llama-tiny", "--budget", "150s")
+    assert again.returncode == 0 and "socket: done in an earlier run, skipped" in again.stdout
+    assert len((out / "fsdp_runs.jsonl").read_text().splitlines()) == 3

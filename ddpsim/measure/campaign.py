@@ -60,7 +60,7 @@ def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
 
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
 RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl",
-                "netprobe.jsonl", "overlap.jsonl")
+                "netprobe.jsonl", "overlap.jsonl", "fsdp_runs.jsonl")
 RESULT_DIRS = ("profiles", "logs")
 RESULT_GLOBS = ("allreduce_*_w*.txt",)
 

@@ -12,19 +12,25 @@ import re
 import sys
 import time
 
-from . import campaign
+from . import campaign, sharded_plan
 from .args import MeasureArgError, build_parser, parse_budget_s
 from .common import read_jsonl
 from .models import ModelArgError, resolve
 from .plans import DEFAULT_MODELS, LINK_CLASSES, PLANS, shapes_for
+from .sharded_plan import DEFAULT_MODELS as SHARDED_MODELS
 
 
-def _models(specs: list[str]) -> list[str]:
+def _models(specs: list[str], sharded: bool = False) -> list[str]:
     for spec in specs:
         if "," in spec:
             raise MeasureArgError(f"--model {spec!r}: one model per --model (repeat the flag), no commas")
         try:
-            resolve(spec)
+            if sharded:  # the FSDP harness's own built-ins (llama-1b) too
+                from .fsdp import resolve_model
+
+                resolve_model(spec)
+            else:
+                resolve(spec)
         except ModelArgError as e:
             raise MeasureArgError(f"--model: {e}") from e
     return specs
@@ -154,13 +160,16 @@ def run(a: argparse.Namespace) -> int:
     try:
         plan = PLANS[a.plan]
         budget_s = parse_budget_s(a.budget) if a.budget else plan.budget_s
-        models = _models(a.model or list(DEFAULT_MODELS))
+        default_models = SHARDED_MODELS if plan.name == "sharded" else DEFAULT_MODELS
+        models = _models(a.model or list(default_models), sharded=plan.name == "sharded")
         link_classes = _link_classes(a.link_classes)
         gpus = campaign.gpu_list(a.cpu_slots)
         if not gpus:
             raise MeasureArgError("no GPU found (nvidia-smi, torch.cuda): run it on a GPU host, or --cpu-slots N "
                                   "for a dry run on the CPU")
         shapes = _shapes(a.shapes, len(gpus))
+        if plan.name == "sharded" and len(gpus) < 2:
+            raise MeasureArgError("--plan sharded: needs a host of 2 or more GPUs (it shards over all of them)")
         out = os.path.abspath(a.out)
         record = {"plan": plan.name, "models": models, "shapes": shapes, "link_classes": link_classes,
                   "budget_s": budget_s, "devices": len(gpus), "cpu_dry_run": bool(a.cpu_slots)}
@@ -184,6 +193,14 @@ def run(a: argparse.Namespace) -> int:
     if not resume:
         _write_json_atomic(os.path.join(out, "plan.json"), record)
     t0 = time.time()
+    if plan.name == "sharded":
+        if a.fresh:
+            campaign.remove_results(campaign.existing_results(out))
+        rc = sharded_plan.run(out, models, link_classes, gpus, budget_s, plan.quick)
+        for line in sharded_plan.summary_lines(out):
+            print(line, flush=True)
+        print(f"ddpsim measure: done in {time.time() - t0:.0f} s -> {out}", flush=True)
+        return rc
     rc = campaign.main(argv_c)
     if rc != 0:
         return rc

@@ -40,6 +40,8 @@ PLANS = {
                   "shipped calibration on it", "", False, 120.0),
     "quick": Plan("quick", "a smoke test of the host and the models: few steps, two caps", "5,25", True, 180.0,
                   quick=True),
+    "sharded": Plan("sharded", "DDP, ZeRO-2 and ZeRO-3 (FSDP2) steps and peak memory per link class: what "
+                    "`ddpsim validate-fsdp` checks", "", True, 600.0),
     "full": Plan("full", "the research campaign: six caps per link class (a bucket-cap curve)", "1,5,10,25,50,200",
                  True, 600.0),
 }
