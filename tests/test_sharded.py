@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 from dataclasses import replace
@@ -138,15 +139,27 @@ def test_shared_wire_shares_equally_and_conserves_work():
 
 
 def _two_unit_costs(strategy: str, backward_s: float = 0.0, forward_root_s: float = 0.0,
-                    slowdown: float = 0.0) -> tuple[ShardedCosts, list]:
+                    slowdown: float = 0.0, forward_host_s: tuple[float, float] = (0.0, 0.0),
+                    regather_host_s: tuple[float, float] = (0.0, 0.0)) -> tuple[ShardedCosts, list]:
     w = Workload("t", (Layer("embed", (ParamTensor("e", 10),)), Layer("layers.0.x", (ParamTensor("x", 10),))), 1)
     units = tuple(shard_units(w))
     costs = ShardedCosts(strategy, units, (0, 1), (forward_root_s, 0.0), (0.0, backward_s),
                          all_gather=(Price(0, 1.0, "simple"), Price(0, 2.0, "simple")),
                          reduce_scatter=(Price(0, 4.0, "simple"), Price(0, 3.0, "simple")),
                          replica_allreduce=(Price(0, 0, "none"),) * 2, copy_out_s=(0.0, 0.0), rs_copy_in_s=(0.0, 0.0),
+                         forward_host_s=forward_host_s, regather_host_s=regather_host_s,
                          optimizer_s=0.0, compute_slowdown=slowdown)
     return costs, [(1.0, 1.0, 0.0)] * 2
+
+
+def test_fsdp_host_work_holds_up_compute_where_nothing_hides_it():
+    # forward host work: root 0.5 (hidden: the block's all-gather, issued at 1, ends at 3), block 0.25 (after
+    # its gather: on the path); zero3's re-gather host work before the block's backward 0.125 (on the path),
+    # the root is never gathered again: 12 + 0.25 + 0.125 (zero3), 10 + 0.25 (zero2)
+    costs, nbytes = _two_unit_costs("zero3", forward_host_s=(0.5, 0.25), regather_host_s=(1.0, 0.125))
+    assert simulate_step(costs, nbytes).step_end_s == pytest.approx(12.375)
+    costs2, _ = _two_unit_costs("zero2", forward_host_s=(0.5, 0.25), regather_host_s=(1.0, 0.125))
+    assert simulate_step(costs2, nbytes).step_end_s == pytest.approx(10.25)
 
 
 def test_zero_compute_step_is_the_sum_of_its_collectives():
@@ -243,3 +256,17 @@ def test_sweep_takes_the_strategy_as_an_axis(tmp_path):
     rows = (tmp_path / "s" / "sweep.csv").read_text().splitlines()
     assert [r.split(",")[0] for r in rows[1:]] == ["ddp", "zero2", "zero3"]
     assert all(",ok," in r for r in rows[1:])
+
+
+def test_the_fsdp_host_terms_are_what_the_first_launch_measured():
+    # the defaults are a measurement: recomputed from the committed records (launches fsdp_nvlink and
+    # fsdp_socket of validation/data/h200x2-fsdp-2026-11-27), rounded to 10 us as written in the schema
+    pytest.importorskip("torch")
+    from ddpsim.scenario.schema import ParallelSpec
+    from validation.evidence.stages.fsdp import DATA, host_terms_us
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    runs = [json.loads(line) for line in open(os.path.join(root, DATA, "fsdp_runs.jsonl"))]
+    forward_us, regather_us = host_terms_us(runs)
+    assert round(forward_us, -1) == pytest.approx(1e6 * ParallelSpec().forward_host_per_tensor_s)
+    assert round(regather_us, -1) == pytest.approx(1e6 * ParallelSpec().regather_host_per_tensor_s)

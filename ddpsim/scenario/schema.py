@@ -215,6 +215,15 @@ class ParallelSpec:
                      "whose match in a module name names its unit", "auto")
     shard_group: str = spec("shard_group", "choice", "world: shard over every GPU; node: shard within a node and "
                             "replicate across nodes (HSDP)", "world", choices=SHARD_GROUPS)
+    forward_host_per_tensor_s: float = spec(
+        "forward_host_per_tensor", "time", "FSDP2's host work per parameter tensor of a unit before its forward, "
+        "which holds up compute (its pre-forward hooks, unsharding, copy-out): 170us, the median of (FSDP2 - DDP "
+        "forward) / tensors over launches fsdp_nvlink and fsdp_socket of validation/data/h200x2-fsdp-2026-11-27 "
+        "(2 x H200)", "170us", **LATENCY_BOUNDS)
+    regather_host_per_tensor_s: float = spec(
+        "regather_host_per_tensor", "time", "zero3: the same before a unit's backward, where it gathers again: "
+        "120us, the median of (ZeRO-3 - ZeRO-2 backward) / tensors over the same launches", "120us",
+        **LATENCY_BOUNDS)
 
 
 @dataclass(frozen=True)

@@ -110,6 +110,8 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         # gradients into the reduce-scatter buffer (read + write), one kernel each
         copy_out_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in ag_bytes),
         rs_copy_in_s=tuple(2 * b / copy_Bps + launch_s if communicating else 0.0 for b in rs_bytes),
+        forward_host_s=tuple(len(u.param_indices) * parallel.forward_host_per_tensor_s for u in units),
+        regather_host_s=tuple(len(u.param_indices) * parallel.regather_host_per_tensor_s for u in units),
         optimizer_s=optimizer_s,
         compute_slowdown=scenario.overheads.compute_slowdown - 1.0 if communicating else 0.0,
     )
@@ -127,7 +129,11 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         "sharded overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
                               f"while both run; compute {scenario.overheads.compute_slowdown:g}x slower while one is in "
                               "flight (overheads.compute_slowdown, from DDP's all-reduces: see DDP overheads); DDP's "
-                              "bucket terms not applied; none of it measured on FSDP runs yet"),
+                              "bucket terms not applied; FSDP2's host work per parameter tensor "
+                              f"{1e6 * parallel.forward_host_per_tensor_s:.0f} us before each unit's forward"
+                              + (f", {1e6 * parallel.regather_host_per_tensor_s:.0f} us before each re-gathered "
+                                 "backward" if parallel.strategy == "zero3" else "")
+                              + " (parallel.forward_host_per_tensor: measured on 2 x H200, docs/sharded.md)"),
     }
     return Result(
         scenario=scenario.source, model=workload.name, gpu=gpu.name, world_size=cluster.world_size,

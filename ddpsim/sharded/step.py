@@ -106,6 +106,8 @@ class ShardedCosts:
     reduce_scatter: tuple[Price, ...]
     replica_allreduce: tuple[Price, ...]  # per unit, HSDP only (zero prices otherwise)
     copy_out_s: tuple[float, ...]  # per unit, on the compute stream after its all-gather
+    forward_host_s: tuple[float, ...]  # per unit, host work before its forward that holds up compute
+    regather_host_s: tuple[float, ...]  # per unit, the same before a zero3 backward re-gather
     rs_copy_in_s: tuple[float, ...]  # per unit, on the reduce-scatter stream before it
     optimizer_s: float
     compute_slowdown: float = 0.0  # extra fraction while a collective is in flight (0: none)
@@ -195,6 +197,13 @@ def simulate_step(costs: ShardedCosts, unit_bytes: Sequence[tuple[float, float, 
             left_s -= (env.now - t0) / factor
         trace.compute_intervals.append((start, env.now, label))
 
+    def host(seconds: float, label: str) -> Generator[Any, Any, None]:
+        # the host's own time: not slowed by collectives on the GPU, but nothing runs on the stream meanwhile
+        if seconds > 0:
+            start = env.now
+            yield env.timeout(seconds)
+            trace.compute_intervals.append((start, env.now, label))
+
     def compute_stream() -> Generator[Any, Any, None]:
         gather_index = {(u, "f"): i for i, u in enumerate(fwd_units)}
         gather_index.update({(u, "b"): len(fwd_units) + i for i, u in enumerate(bwd_gathers)})
@@ -209,6 +218,8 @@ def simulate_step(costs: ShardedCosts, unit_bytes: Sequence[tuple[float, float, 
             yield gathered[i]
             consumed[i].succeed()
             yield from compute(costs.copy_out_s[unit], f"copy-out after all-gather {costs.units[unit].name}")
+            yield from host((costs.forward_host_s if phase == "f" else costs.regather_host_s)[unit],
+                            f"FSDP2 host work before {costs.units[unit].name}")
 
         for li in costs.layer_order:
             yield from ensure(unit_of_layer[li], "f")
