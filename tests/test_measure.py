@@ -247,6 +247,11 @@ def test_the_sharded_plan_measures_every_strategy_and_resumes(tmp_path):
     assert sorted(r["strategy"] for r in runs) == ["ddp", "zero2", "zero3"]
     assert all(r["status"] == "ok" and r["transport"] == "socket" and r["world_size"] == 2 for r in runs)
     assert "llama-tiny socket zero3 (bf16 params):" in done.stdout and "ddpsim validate-fsdp" in done.stdout
+    # the model's world-size-1 profile, which validate-fsdp predicts compute from
+    from ddpsim.sharded.validate import measured_profile
+
+    assert json.loads((out / "profiles" / "llama-tiny.json").read_text())["model"] == "llama-tiny"
+    assert measured_profile(dict(runs[0], _source=str(out / "fsdp_runs.jsonl"))) == str(out / "profiles" / "llama-tiny.json")
     again = _measure(tmp_path, "--plan", "sharded", "--model", "llama-tiny", "--budget", "150s")
     assert again.returncode == 0 and "socket: done in an earlier run, skipped" in again.stdout
-    assert len((out / "fsdp_runs.jsonl").read_text().splitlines()) == 3
+    assert len((out / "fsdp_runs.jsonl").read_text().splitlines()) == 3 and "profiles of" not in again.stdout

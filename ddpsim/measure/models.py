@@ -449,6 +449,13 @@ class _Factory:
         return (self.loss_fn or default_custom_loss)(model, batch)
 
 
+def _sharding_builtins() -> dict[str, ModelSpec]:
+    """The FSDP harness's own models (llama-1b, llama-tiny, gpt-tiny), so that every mode can profile them."""
+    from .fsdp import BUILTIN
+
+    return BUILTIN
+
+
 def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
     """A model argument -> ModelSpec.
 
@@ -459,6 +466,8 @@ def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
     base, opts = parse_model_arg(name)
     if base in MODELS:
         spec = replace(MODELS[base], name=name)
+    elif base in _sharding_builtins():
+        spec = replace(_sharding_builtins()[base], name=name)
     elif base.startswith("hf:"):
         from .hf import hf_spec
 

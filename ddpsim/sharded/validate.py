@@ -16,6 +16,7 @@ from ddpsim.calibration.file import Calibration
 from ddpsim.calibration.measured_scenarios import catalog_gpu
 from ddpsim.calibration.measurements import read_jsonl
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.link_kinds import intra_type_of_class
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import Scenario
@@ -79,6 +80,26 @@ def _model(run: dict[str, Any]) -> str:
                         file=run.get("_source"), field=f"line {run.get('_line', '?')}.model")
 
 
+def measured_profile(run: dict[str, Any]) -> str | None:
+    """The world-size-1 profile of the run's model and batch beside its records (``profiles/``, written by
+    ``ddpsim measure --plan sharded``), or None: compute is then estimated from the model's FLOPs."""
+    folder = os.path.join(os.path.dirname(os.path.abspath(str(run.get("_source", FILE_NAME)))), "profiles")
+    if not os.path.isdir(folder):
+        return None
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            record = read_json_object(path, "profile")
+        except ScenarioError:
+            continue
+        if record.get("model") == run["model"] and record.get("batch_size") == run["batch_size"] \
+                and record.get("status", "ok") == "ok":
+            return path
+    return None
+
+
 def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = None) -> Scenario:
     """The scenario a harness FSDP run describes (emulated nodes count as nodes, as for DDP runs)."""
     fingerprint = run.get("fingerprint") or {}
@@ -100,7 +121,8 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
         parallel["param_dtype"] = run.get("param_dtype") or "fp32"
         parallel["reduce_dtype"] = run.get("reduce_dtype") or parallel["param_dtype"]
         parallel["shard_group"] = run.get("shard_group") or "world"
-    workload: dict[str, Any] = {"model": _model(run), "batch_size": int(run["batch_size"]),
+    profile = measured_profile(run)
+    workload: dict[str, Any] = {"model": f"profile:{profile}" if profile else _model(run), "batch_size": int(run["batch_size"]),
                                 "precision": _PRECISION_WORDS.get(str(run.get("precision", "fp32")), "fp32")}
     if run.get("seq_len"):
         workload["seq_len"] = int(run["seq_len"])

@@ -67,4 +67,4 @@ if [ $# -eq 0 ]; then
 fi
 # the device tool returns at most 8 files from $OUT: the campaign is written elsewhere and comes back packed
 /tmp/site/bin/ddpsim measure --out /tmp/campaign "$@" 2>&1 | grep -v '^\[worker' | tee $OUT/measure.log | grep -v "^socket_w\|^nvlink_w\|^shm_w" | tail -60
-cp /tmp/campaign/campaign.tar.gz $OUT/
+tar czf $OUT/campaign.tar.gz -C /tmp/campaign --exclude campaign.tar.gz .
