@@ -100,7 +100,8 @@ def measured_profile(run: dict[str, Any]) -> str | None:
     return None
 
 
-def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = None) -> Scenario:
+def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = None,
+                      use_profile: bool = True) -> Scenario:
     """The scenario a harness FSDP run describes (emulated nodes count as nodes, as for DDP runs)."""
     fingerprint = run.get("fingerprint") or {}
     world = int(run["world_size"])
@@ -121,7 +122,7 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
         parallel["param_dtype"] = run.get("param_dtype") or "fp32"
         parallel["reduce_dtype"] = run.get("reduce_dtype") or parallel["param_dtype"]
         parallel["shard_group"] = run.get("shard_group") or "world"
-    profile = measured_profile(run)
+    profile = measured_profile(run) if use_profile else None
     workload: dict[str, Any] = {"model": f"profile:{profile}" if profile else _model(run), "batch_size": int(run["batch_size"]),
                                 "precision": _PRECISION_WORDS.get(str(run.get("precision", "fp32")), "fp32")}
     if run.get("seq_len"):
@@ -140,8 +141,12 @@ def compare_fsdp_runs(runs: list[dict[str, Any]], calibration: Calibration | Non
     rows = []
     for run in runs:
         result = simulate(fsdp_run_scenario(run, calibration))
+        # memory from the model's own structure: a profile times the step but counts no activations
+        structural = result if measured_profile(run) is None else simulate(
+            fsdp_run_scenario(run, calibration, use_profile=False))
         per_rank = run.get("peak_memory_bytes_per_rank") or []
         peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
         rows.append(FsdpComparison(run_label(run), str(run["strategy"]), float(run["step_s_median"]),
-                                   result.step_time_s, float(peak) if peak else None, result.memory_bytes["total"]))
+                                   result.step_time_s, float(peak) if peak else None,
+                                   structural.memory_bytes["total"]))
     return rows
