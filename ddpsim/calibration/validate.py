@@ -16,7 +16,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, check_stretch_options, load_measurements
+from ddpsim.calibration.calibrate import (
+    Measurements,
+    calibrate,
+    check_calibration_caps,
+    check_stretch_options,
+    load_measurements,
+    require_runs,
+)
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
@@ -253,6 +260,7 @@ def validate(
     scenario defaults (every run held out). Multi-node runs need the calibration's network fit.
     ``jitter_from_profile``: every rank's compute varies step to step as its profile measured."""
     measured = load_measurements(data_dirs)
+    require_runs(measured, data_dirs)
     subset = calibration.calibration_subset if calibration is not None else {}
     data_dir = calibration.data_dir if calibration is not None else None
     rows: list[RunRow] = []
@@ -298,6 +306,8 @@ def cross_validate(
         raise ScenarioError(f"expected one of {', '.join(CROSS_MODES)}, got {cross!r}", field="--cross")
     check_stretch_options(fix_measured_stretch, idle_start_wait)  # before minutes of loading and fitting
     measured = load_measurements(data_dirs)
+    require_runs(measured, data_dirs)
+    check_calibration_caps(calibration_caps, measured.runs, ", ".join(data_dirs))
     key = _FOLD_KEYS[cross]
     parts = sorted({key(run) for run in measured.runs})
     if len(parts) < 2:
