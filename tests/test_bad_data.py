@@ -196,3 +196,24 @@ def test_nccl_tests_that_agree_with_their_header_are_fitted(tmp_path, capsys):
     # the harness's own file names no host ("host" for every rank: nodes it emulated on one machine)
     assert main(["calibrate", "--nccl-tests", f"{NCCL_TESTS}:nvlink:4:2", "--links-only", "--out", str(out)]) == 0, \
         capsys.readouterr().err
+
+
+def test_default_caps_that_were_not_measured_are_named_and_typed_caps_are_refused(tmp_path, capsys):
+    # ddpsim measure --plan quick measures caps 5 and 25: the default 5,50 fits on 5 and says so
+    folder = make_campaign(str(tmp_path / "quick"))
+    path = os.path.join(folder, "ddp_runs.jsonl")
+    lines = _lines(path)
+    kept = [line for line in lines if json.loads(line)["bucket_cap_mb"] != 50]
+    assert len(kept) == len(lines) - 1
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(kept) + "\n")
+    out = tmp_path / "cal.json"
+    assert main(["calibrate", folder, "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "fitted on the caps 5 MB of the default 5, 50 (no plain run at 50 MB)" in err
+    assert json.loads(out.read_text())["calibration_subset"] == {"bucket_cap_mb": [5.0]}
+    out.unlink()
+    assert main(["calibrate", folder, "--calibration-caps", "5,50", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--calibration-caps" in err and "no plain DDP run at 50 MB" in err
+    assert not out.exists()

@@ -191,6 +191,33 @@ def check_calibration_caps(caps: Sequence[float] | None, runs: Sequence[dict[str
                             f"(measured caps: {listed}; or 'all')", file=where, field="--calibration-caps")
 
 
+DEFAULT_CALIBRATION_CAPS = (5.0, 50.0)  # --calibration-caps when not given
+
+
+def calibration_caps_for(
+    caps: Sequence[float] | None, runs: Sequence[dict[str, Any]], where: str | None, given: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> list[float] | None:
+    """The caps to fit on. Caps the user gave must each have plain runs (``check_calibration_caps``);
+    of the default caps, those measured are kept and the others named (``ddpsim measure --plan quick``
+    measures 5 and 25 MB only), and none measured is an error."""
+    if given or caps is None or not runs:
+        check_calibration_caps(caps, runs, where)
+        return None if caps is None else list(caps)
+    measured = {float(r["bucket_cap_mb"]) for r in runs if is_plain(r)}
+    kept = [float(c) for c in caps if float(c) in measured]
+    shown = ", ".join(f"{c:g}" for c in caps)
+    if not kept:
+        listed = ", ".join(f"{c:g}" for c in sorted(measured)) or "none"
+        raise ScenarioError(f"no plain DDP run at the default caps {shown} MB (measured caps: {listed}): give "
+                            "--calibration-caps MB,MB or 'all'", file=where, field="--calibration-caps")
+    if len(kept) < len(caps) and log:
+        missing = ", ".join(f"{c:g}" for c in caps if float(c) not in measured)
+        log(f"note: overheads fitted on the caps {', '.join(f'{c:g}' for c in kept)} MB of the default {shown} "
+            f"(no plain run at {missing} MB)")
+    return kept
+
+
 def require_runs(measured: Measurements, data_dirs: Sequence[str]) -> None:
     """A folder with no run that can be predicted or fitted is not something to validate or calibrate
     overheads on: say what it lacks and how to measure it, rather than report an empty result."""

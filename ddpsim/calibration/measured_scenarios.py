@@ -28,6 +28,25 @@ def catalog_gpu(fingerprint_name: str) -> str:
     return fingerprint_name
 
 
+def run_gpu(run: dict[str, Any]) -> str:
+    """The catalog GPU a run was measured on. A run on another device is refused naming its record:
+    predicted as some catalog GPU it would be compared with a machine it never ran on."""
+    from ddpsim.hardware.catalog import get_gpu
+
+    measured = str((run.get("fingerprint") or {}).get("gpu_name", "H100"))
+    name = catalog_gpu(measured)
+    where = {"file": run.get("_source"), "field": f"line {run.get('_line', '?')}.fingerprint.gpu_name"}
+    if measured.strip().lower() == "cpu":
+        raise ScenarioError("measured on CPU (ddpsim measure --cpu-slots: a dry run that checks the harness, not a "
+                            "GPU): ddpsim predicts the GPUs of its catalog; measure on a GPU host to calibrate or "
+                            "validate", **where)
+    try:
+        get_gpu(name)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.detail, **where) from None
+    return name
+
+
 def _comm_hook(run: dict[str, Any]) -> str:
     hook = run.get("comm_hook") or "none"
     if hook not in COMM_HOOKS:
@@ -63,11 +82,10 @@ def run_scenario(
     ``jitter_from_profile`` every rank's compute varies step to step as the profile measured it (the
     median of ``JITTER_STEPS`` simulated steps, as the harness reports the median of its steps)."""
     check_run_fields(run)
-    fingerprint = run.get("fingerprint", {})
     nodes = run_nodes(run)
     world = int(run["world_size"])
     cluster: dict[str, Any] = {
-        "gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))),
+        "gpu": run_gpu(run),
         "nodes": nodes,
         "gpus_per_node": world // nodes,
         "intra_node": {"type": intra_type_of_class(run["transport"])},

@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from ddpsim.calibration.calibrate import (
     Measurements,
     calibrate,
-    check_calibration_caps,
+    calibration_caps_for,
     check_stretch_options,
     load_measurements,
     require_runs,
@@ -296,9 +296,11 @@ def cross_validate(
     jitter_from_profile: bool = False,
     prune_undetermined: bool = False,
     comm_terms_fitted_models_only: bool = False,
+    caps_given: bool = True,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
-    everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
+    everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap;
+    with ``caps_given`` False they are a default, of which the caps not measured are left out).
 
     A part whose link class has no run left to fit its overheads on is not predicted; the report says
     so (``skipped``) rather than predicting it from defaults.
@@ -308,7 +310,7 @@ def cross_validate(
     check_stretch_options(fix_measured_stretch, idle_start_wait)  # before minutes of loading and fitting
     measured = load_measurements(data_dirs)
     require_runs(measured, data_dirs)
-    check_calibration_caps(calibration_caps, measured.runs, ", ".join(data_dirs))
+    calibration_caps = calibration_caps_for(calibration_caps, measured.runs, ", ".join(data_dirs), caps_given, log)
     key = _FOLD_KEYS[cross]
     parts = sorted({key(run) for run in measured.runs})
     if len(parts) < 2:

@@ -43,8 +43,9 @@ def _nccl_tests_arg(spec: str):
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.calibrate import (
+        DEFAULT_CALIBRATION_CAPS,
         calibrate,
-        check_calibration_caps,
+        calibration_caps_for,
         fit_warnings,
         load_measurements,
         noise_runs,
@@ -53,14 +54,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.fit import fit_noise, write_calibration
     from ddpsim.calibration.measurements import Profiles
 
-    caps = _parse_caps(args.calibration_caps)
-    if not args.out:
-        raise ScenarioError("expected a file name, got ''", field="--out")
+    given = args.calibration_caps is not None
+    caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
     other_runs = noise_runs(args.noise_from) if args.noise_from else []  # a bad folder stops before any fitting
     measured = load_measurements([args.data_dir]) if args.data_dir else None
     if measured and not args.links_only:
         require_runs(measured, [args.data_dir])
-        check_calibration_caps(caps, measured.runs, args.data_dir)
+        caps = calibration_caps_for(caps, measured.runs, args.data_dir, given, lambda line: print(line, file=sys.stderr))
     samples = list(measured.samples) if measured else []
     for spec in args.nccl_tests:
         samples.extend(_nccl_tests_arg(spec))
@@ -176,6 +176,7 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from ddpsim.calibration.calibrate import DEFAULT_CALIBRATION_CAPS
     from ddpsim.calibration.file import read_calibration
     from ddpsim.calibration.validate import cross_validate, validate
     from ddpsim.cli.validation_report import validation_dict, validation_text, write_validation_dir
@@ -187,8 +188,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         "min_recommendation_share": args.min_recommendation_share,
     }
     _check_data_dirs(args.data_dir)
-    if args.out == "":
-        raise ScenarioError("expected a folder name, got ''", field="--out")
     if not args.cross:
         for option, value in (("--calibration-caps", args.calibration_caps), ("--jobs", args.jobs)):
             if value is not None:
@@ -198,12 +197,13 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if args.calibration:
             raise ScenarioError("--cross builds its own calibrations from the other parts; drop --calibration",
                                 field="--calibration")
-        caps = _parse_caps(args.calibration_caps if args.calibration_caps is not None else CROSS_CAPS_DEFAULT)
+        given = args.calibration_caps is not None
+        caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
         jobs = 1 if args.jobs is None else args.jobs
         if not 1 <= jobs <= 1024:
             raise ScenarioError(f"expected 1 to 1024 processes, got {jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
-                           jobs=jobs, **tolerances)
+                           jobs=jobs, caps_given=given, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
     print(json.dumps(validation_dict(v), indent=2) if args.json else validation_text(v))
@@ -212,9 +212,6 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\nwrote {args.out}/validation.md, validation.json, predicted_vs_measured.png, bucket_cap_curves.png")
     return 0 if v.passed else EXIT_FAILED_VALIDATION
-
-
-CROSS_CAPS_DEFAULT = "5,50"
 
 
 def _check_data_dirs(data_dirs: list[str]) -> None:
@@ -240,8 +237,9 @@ def register(sub: Any) -> None:
     ))
     cal.add_argument("data_dir", nargs="?", help="folder with the harness's allreduce.jsonl, ddp_runs.jsonl, profiles/")
     cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
-    cal.add_argument("--calibration-caps", default="5,50", metavar="MB,MB|all",
-                     help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
+    cal.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
+                     help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out "
+                          "(default 5,50: those of them measured)")
     cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
                      help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
@@ -261,7 +259,7 @@ def register(sub: Any) -> None:
                      help="leave one model, launch or host out: each predicted by a calibration fitted on the rest")
     val.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
                      help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all' "
-                          f"(default {CROSS_CAPS_DEFAULT})")
+                          "(default 5,50: those of them measured)")
     val.add_argument("--jobs", type=int, default=None, metavar="N",
                      help="with --cross: folds fitted in parallel processes (default 1)")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
