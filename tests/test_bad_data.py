@@ -166,7 +166,27 @@ def _half_from(text: str, first_size: int) -> str:
     return "\n".join(out) + "\n"
 
 
+def _wrong_at(text: str, size: int) -> str:
+    """The row of ``size`` bytes with 3 wrong results out of place, as nccl-tests -c 1 reports a broken reduction."""
+    out = []
+    for line in text.splitlines():
+        fields = line.split()
+        if fields and fields[0] == str(size):
+            fields[8] = "3"
+            line = "  ".join(fields)
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def _twice(text: str) -> str:
+    """Two runs of the same sweep pasted into one file."""
+    rows = [line for line in text.splitlines() if line.split() and line.split()[0].isdigit()]
+    return text + "\n".join(rows) + "\n"
+
+
 @pytest.mark.parametrize("name, make, spec, field", [
+    ("wrong.txt", lambda t: _wrong_at(t, 1 << 20), ":nvlink:4", "#wrong"),
+    ("twice.txt", _twice, ":nvlink:4", "size"),
     # one real host given as two nodes: an intra-node sweep would be fitted as the network
     ("one_host.txt", _by_hand, ":nvlink:4:2", "--nccl-tests NODES"),
     ("one_host_links.txt", _by_hand, ":nvlink:4:4", "--nccl-tests NODES"),

@@ -282,6 +282,14 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
             raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
         if size <= 0 or not math.isfinite(time_us) or time_us <= 0:
             raise ScenarioError(f"line {number}: size and time must be positive, got {size} bytes, {time_us} us", file=path)
+        # a row whose results nccl-tests found wrong timed a broken reduction; N/A: not checked (-c 0)
+        wrong = fields[first + 7] if in_place else fields[first + 3]
+        if wrong.isdigit() and int(wrong) > 0:
+            raise ScenarioError(f"line {number}: nccl-tests found {wrong} wrong results at {size} bytes", file=path,
+                                field="#wrong")
+        if any(s.bytes == size for s in samples):
+            raise ScenarioError(f"line {number}: {size} bytes measured twice: one sweep per file (split the file)",
+                                file=path, field="size")
         samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
     if not samples:
         raise ScenarioError("no all_reduce_perf rows found", file=path)

@@ -55,6 +55,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.measurements import Profiles
 
     given = args.calibration_caps is not None
+    if given and args.links_only:
+        raise ScenarioError("selects the DDP runs the overheads are fitted on, and --links-only fits none: drop one",
+                            field="--calibration-caps")
     caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
     other_runs = noise_runs(args.noise_from) if args.noise_from else []  # a bad folder stops before any fitting
     measured = load_measurements([args.data_dir]) if args.data_dir else None
