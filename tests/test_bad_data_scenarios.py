@@ -137,3 +137,14 @@ def test_the_committed_calibration_loads(tmp_path, capsys):
         calibration: {path}
         """)
     assert main(["run", scenario]) == 0, capsys.readouterr().err
+
+
+def test_a_calibration_key_written_twice_is_refused(tmp_path, capsys):
+    with open(CALIBRATION, encoding="utf-8") as handle:
+        text = handle.read()
+    path = tmp_path / "cal.json"
+    # a second "noise" object at the end: JSON parsers keep the last one silently
+    path.write_text(text.rstrip().rstrip("}") + ',\n  "noise": {}\n}\n')
+    assert main(["validate", str(tmp_path), "--calibration", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(path) in err and "noise: written twice" in err, err
