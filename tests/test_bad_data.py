@@ -237,3 +237,16 @@ def test_default_caps_that_were_not_measured_are_named_and_typed_caps_are_refuse
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--calibration-caps" in err and "no plain DDP run at 50 MB" in err
     assert not out.exists()
+
+
+def test_a_calibration_with_a_non_finite_value_is_never_written(tmp_path):
+    from ddpsim.calibration.fit import write_calibration
+    from ddpsim.errors import ScenarioError
+
+    out = tmp_path / "cal.json"
+    with pytest.raises(ScenarioError) as err:
+        write_calibration(str(out), {}, {"nvlink": {"bucket_launch_s": float("nan")}}, {"noise": {}})
+    assert err.value.field == "overheads.nvlink.bucket_launch_s" and err.value.file == str(out)
+    assert os.listdir(tmp_path) == []
+    write_calibration(str(out), {}, {"nvlink": {"bucket_launch_s": 1e-5}}, {"noise": {}})  # the control
+    assert json.loads(out.read_text())["overheads"]["nvlink"]["bucket_launch_s"] == 1e-5
