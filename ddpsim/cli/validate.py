@@ -59,6 +59,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError("selects the DDP runs the overheads are fitted on, and --links-only fits none: drop one",
                             field="--calibration-caps")
     caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
+    _check_data_dirs(args.noise_from, "--noise-from")
     other_runs = noise_runs(args.noise_from) if args.noise_from else []  # a bad folder stops before any fitting
     measured = load_measurements([args.data_dir]) if args.data_dir else None
     if measured and not args.links_only:
@@ -217,7 +218,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return 0 if v.passed else EXIT_FAILED_VALIDATION
 
 
-def _check_data_dirs(data_dirs: list[str]) -> None:
+def _check_data_dirs(data_dirs: list[str], option: str = "data_dir") -> None:
     """Each campaign once: a folder given twice, or inside another given, would count its runs twice."""
     seen: list[tuple[str, str]] = []
     for data_dir in data_dirs:
@@ -226,7 +227,7 @@ def _check_data_dirs(data_dirs: list[str]) -> None:
             if os.path.commonpath([real, other_real]) in (real, other_real):
                 same = "the same folder as" if real == other_real else "inside" if real.startswith(other_real) else "holds"
                 raise ScenarioError(f"{same} {other}, given already: its runs would be counted twice", file=data_dir,
-                                    field="data_dir")
+                                    field=option)
         seen.append((data_dir, real))
 
 
