@@ -1,23 +1,85 @@
-"""Read a JSON object from a user's file; every failure is one ScenarioError naming the file."""
+"""Read JSON from a user's file; every failure is one ScenarioError naming the file (and the field).
+
+Python's json module accepts what JSON does not (``NaN``, ``Infinity``) and keeps the last of a key
+written twice; measured data with either is a broken measurement, not a number, so both are refused
+here, for every JSON and JSONL file ddpsim reads.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 from ddpsim.errors import ScenarioError
+
+
+class BadJSONValue(ValueError):
+    """Valid to Python's parser, invalid as data: ``field`` is the dotted path of the value."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateKey(key)
+        out[key] = value
+    return out
+
+
+def non_finite_field(value: Any, path: str = "") -> str | None:
+    """The dotted path of the first NaN or infinite number inside ``value`` (None: every number is finite)."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path or "<value>")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = non_finite_field(item, f"{path}.{key}" if path else str(key))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            found = non_finite_field(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
+def strict_loads(text: str) -> Any:
+    """``json.loads`` that refuses a key written twice in one object and NaN or infinite numbers
+    (BadJSONValue naming the field); syntax errors stay ``json.JSONDecodeError``."""
+    try:
+        data = json.loads(text, object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as dup:
+        # the parser does not say where the object sits; the key is what the user searches for
+        raise BadJSONValue("written twice in one object (JSON keeps only the last)", dup.key) from None
+    bad = non_finite_field(data)
+    if bad:
+        raise BadJSONValue("not a finite number (NaN or Infinity is a broken measurement, not a value)", bad)
+    return data
 
 
 def read_json_object(path: str, what: str, field: str | None = None) -> dict[str, Any]:
     """The top-level object of ``path``; ``what`` names the file in messages ("profile", ...)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
+            data = strict_loads(handle.read())
     except FileNotFoundError:
         raise ScenarioError(f"{what} file not found", file=path, field=field) from None
     except json.JSONDecodeError as err:
         message = f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg})"
         raise ScenarioError(message, file=path, field=field) from None
+    except BadJSONValue as err:
+        raise ScenarioError(str(err), file=path, field=err.field) from None
     except (OSError, UnicodeDecodeError) as err:
         raise ScenarioError(f"cannot read {what}: {err}", file=path, field=field) from None
     if not isinstance(data, dict):

@@ -178,6 +178,63 @@ def calibrate(
     }
 
 
+def check_calibration_caps(caps: Sequence[float] | None, runs: Sequence[dict[str, Any]], where: str | None) -> None:
+    """Every cap asked for must have plain runs to fit on: a cap typed wrong (7 for 5) would otherwise
+    leave the overheads fitted on fewer runs, or on none, without a word."""
+    if caps is None or not runs:
+        return
+    measured = sorted({float(r["bucket_cap_mb"]) for r in runs if is_plain(r)})
+    missing = [c for c in caps if float(c) not in measured]
+    if missing:
+        listed = ", ".join(f"{c:g}" for c in measured) or "none"
+        raise ScenarioError(f"no plain DDP run at {', '.join(f'{c:g}' for c in missing)} MB to fit on "
+                            f"(measured caps: {listed}; or 'all')", file=where, field="--calibration-caps")
+
+
+DEFAULT_CALIBRATION_CAPS = (5.0, 50.0)  # --calibration-caps when not given
+
+
+def calibration_caps_for(
+    caps: Sequence[float] | None, runs: Sequence[dict[str, Any]], where: str | None, given: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> list[float] | None:
+    """The caps to fit on. Caps the user gave must each have plain runs (``check_calibration_caps``);
+    of the default caps, those measured are kept and the others named (``ddpsim measure --plan quick``
+    measures 5 and 25 MB only), and none measured is an error."""
+    if given or caps is None or not runs:
+        check_calibration_caps(caps, runs, where)
+        return None if caps is None else list(caps)
+    measured = {float(r["bucket_cap_mb"]) for r in runs if is_plain(r)}
+    kept = [float(c) for c in caps if float(c) in measured]
+    shown = ", ".join(f"{c:g}" for c in caps)
+    if not kept:
+        listed = ", ".join(f"{c:g}" for c in sorted(measured)) or "none"
+        raise ScenarioError(f"no plain DDP run at the default caps {shown} MB (measured caps: {listed}): give "
+                            "--calibration-caps MB,MB or 'all'", file=where, field="--calibration-caps")
+    if len(kept) < len(caps) and log:
+        missing = ", ".join(f"{c:g}" for c in caps if float(c) not in measured)
+        log(f"note: overheads fitted on the caps {', '.join(f'{c:g}' for c in kept)} MB of the default {shown} "
+            f"(no plain run at {missing} MB)")
+    return kept
+
+
+def require_runs(measured: Measurements, data_dirs: Sequence[str]) -> None:
+    """A folder with no run that can be predicted or fitted is not something to validate or calibrate
+    overheads on: say what it lacks and how to measure it, rather than report an empty result."""
+    if measured.runs:
+        return
+    where = ", ".join(data_dirs)
+    if any("no measured profile" in why for _, why in measured.skipped):
+        raise ScenarioError("no DDP run has its model's measured profile (profiles/<model>.json in its campaign "
+                            "folder): measure the models with `ddpsim measure --out DIR --model ...`", file=where)
+    if measured.skipped:
+        label, why = measured.skipped[0]
+        raise ScenarioError(f"none of its {len(measured.skipped)} DDP runs can be used (first: {label}: {why})",
+                            file=where)
+    raise ScenarioError("no DDP runs (ddp_runs.jsonl) to fit or predict: measure them with `ddpsim measure --out DIR`",
+                        file=where)
+
+
 def check_stretch_options(fix_measured_stretch: bool, idle_start_wait: bool) -> None:
     """The idle-start wait replaces the all-reduce stretch: fixing one and fitting the other at once
     would be a silent mixture of two models, so it is refused."""

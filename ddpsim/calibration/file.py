@@ -134,6 +134,7 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         data = _upgrade_v1(data)
     if data.get("schema") != SCHEMA:
         raise ScenarioError(f"expected schema '{SCHEMA}'", file=source, field="schema")
+    _known_keys(data, CALIBRATION_KEYS, source, "")
     link_classes = data.get("link_classes")
     if not isinstance(link_classes, dict):
         raise ScenarioError("expected a 'link_classes' mapping", file=source, field="link_classes")
@@ -149,10 +150,13 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
     for name, entry in overheads.items():
         if not isinstance(entry, dict):
             raise ScenarioError("expected a mapping", file=source, field=f"overheads.{name}")
+        _known_keys(entry, OVERHEAD_ENTRY_KEYS, source, f"overheads.{name}.")
         _overheads(entry, source, f"overheads.{name}")
         _models(entry, source, f"overheads.{name}")
         _flag(entry, source, f"overheads.{name}")
         for world, sub in (entry.get("by_world_size") or {}).items():
+            if isinstance(sub, dict):
+                _known_keys(sub, OVERHEAD_ENTRY_KEYS - {"by_world_size"}, source, f"overheads.{name}.by_world_size.{world}.")
             _overheads(sub, source, f"overheads.{name}.by_world_size.{world}")
             _models(sub, source, f"overheads.{name}.by_world_size.{world}")
             _flag(sub, source, f"overheads.{name}.by_world_size.{world}")
@@ -248,6 +252,27 @@ def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:
         raise ScenarioError(f"expected a non-empty list of model names, got {models!r}", file=source,
                             field=f"{where}.models")
     return list(models)
+
+
+# What a calibration file may hold at the top level and in an ``overheads.<class>`` entry. A key outside
+# these is refused: a misspelt term (bucket_lauch_s) would otherwise leave the term at no effect without
+# a word. allocation_spread, pooled_from and probed_from are written by pooled calibrations (pool.py).
+CALIBRATION_KEYS = frozenset({
+    "schema", "link_classes", "overheads", "calibration_subset", "noise", "measured_overheads", "noise_source",
+    "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from",
+})
+OVERHEAD_ENTRY_KEYS = frozenset({f.name for f in fields(OverheadSpec)} | {
+    "by_world_size", "models", "warnings", FITTED_MODELS_ONLY_KEY, "calibration_mape_pct",
+    "calibration_max_error_pct", "calibration_runs", "fitted_terms", "measured_terms", "standard_error",
+    "at_no_effect", "pruned_terms",
+})
+
+
+def _known_keys(data: dict[str, Any], known: frozenset[str], source: str, where: str) -> None:
+    for key in data:
+        if key not in known:
+            raise ScenarioError("unknown field in a calibration file (a misspelt term would be left at no effect)",
+                                file=source, field=f"{where}{key}")
 
 
 def _overheads(entry: dict[str, Any], source: str, where: str) -> dict[str, Any]:

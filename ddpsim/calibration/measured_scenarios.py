@@ -1,8 +1,8 @@
 """The scenario that describes a measured run: same model profile, GPUs, shape, transport, DDP options.
 
 Every field a run record may carry is either mapped onto the scenario here or listed as a record of
-the measurement itself; a field in neither is refused, because nobody can say whether it changed
-the step.
+the measurement itself (``measurements.MAPPED_FIELDS``, ``RECORD_FIELDS``); a field in neither is
+refused, by the reader and again here, because nobody can say whether it changed the step.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ddpsim.calibration.file import Calibration
+from ddpsim.calibration.measurements import check_run_fields
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, intra_type_of_class
 from ddpsim.scenario.load import scenario_from_dict
@@ -20,31 +21,6 @@ from ddpsim.scenario.schema import COMM_HOOKS, Scenario
 # nvidia-smi names -> catalog names
 _GPU_NAMES = (("H200", "H200"), ("H100", "H100-SXM"), ("A100", "A100"), ("V100", "V100"), ("B200", "B200"))
 
-# fields that describe the configuration and are mapped onto the scenario
-MAPPED_FIELDS = frozenset({
-    "model", "batch_size", "precision", "bucket_cap_mb", "world_size", "transport", "nodes", "gpus_per_node",
-    "gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters", "static_graph",
-    "fingerprint",
-})
-# fields that record the measurement, its provenance or NCCL's own report, not a setting of the run;
-# seq_len and zero_grad_set_to_none are settings the world-size-1 profile was measured with as well
-RECORD_FIELDS = frozenset({
-    "schema", "launch_id", "variant", "timing_hook", "ddp_options_default", "model_source", "seq_len",
-    "zero_grad_set_to_none", "nodes_emulated", "nccl_hostid", "inter_node_transport", "nccl_nranks_seen",
-    "nccl_nnodes_seen", "nccl_local_ranks_seen", "nccl_nnodes_verified", "nccl_transports_seen",
-    "nccl_inter_node_transport_seen", "nccl_trees_lines", "nccl_version_printed", "nccl_socket_interface",
-    "status", "error", "step_s_median", "step_s_p10", "step_s_p90", "step_times_s", "step_s_median_max_over_ranks",
-    "step_wall_s_median", "step_wall_s_p10", "step_wall_s_p90", "step_wall_times_s", "step_time_source", "rounds",
-    "n_rounds", "round_medians_s", "nosync_step_s_median", "nosync_step_s_p10", "nosync_step_s_p90",
-    "nosync_step_times_s", "nosync_forward_s_median", "nosync_backward_s_median", "nosync_optimizer_s_median",
-    "forward_s_median", "backward_s_median", "optimizer_s_median", "iterations", "nosync_iterations", "warmup",
-    "backward_host_lead_s", "per_rank_s",
-    "bucket_sizes_bytes", "bucket_param_indices", "grad_ready_order", "bucket_layout_source", "ddp_logging",
-    "per_bucket", "per_bucket_samples", "n_params", "param_bytes", "is_reference", "run_wall_s", "host",
-    "_source", "_line",
-})
-
-
 def catalog_gpu(fingerprint_name: str) -> str:
     for needle, name in _GPU_NAMES:
         if needle in fingerprint_name.upper():
@@ -52,14 +28,23 @@ def catalog_gpu(fingerprint_name: str) -> str:
     return fingerprint_name
 
 
-def check_run_fields(run: dict[str, Any]) -> None:
-    """Refuse a record with a field ddpsim neither maps nor knows to be a measurement."""
-    for key in run:
-        if key not in MAPPED_FIELDS and key not in RECORD_FIELDS:
-            raise ScenarioError(
-                "unknown field: ddpsim cannot tell whether it changed the measured step",
-                file=run.get("_source"), field=f"line {run.get('_line', '?')}.{key}",
-            )
+def run_gpu(run: dict[str, Any]) -> str:
+    """The catalog GPU a run was measured on. A run on another device is refused naming its record:
+    predicted as some catalog GPU it would be compared with a machine it never ran on."""
+    from ddpsim.hardware.catalog import get_gpu
+
+    measured = str((run.get("fingerprint") or {}).get("gpu_name", "H100"))
+    name = catalog_gpu(measured)
+    where = {"file": run.get("_source"), "field": f"line {run.get('_line', '?')}.fingerprint.gpu_name"}
+    if measured.strip().lower() == "cpu":
+        raise ScenarioError("measured on CPU (ddpsim measure --cpu-slots: a dry run that checks the harness, not a "
+                            "GPU): ddpsim predicts the GPUs of its catalog; measure on a GPU host to calibrate or "
+                            "validate", **where)
+    try:
+        get_gpu(name)
+    except ScenarioError as exc:
+        raise ScenarioError(exc.detail, **where) from None
+    return name
 
 
 def _comm_hook(run: dict[str, Any]) -> str:
@@ -97,11 +82,10 @@ def run_scenario(
     ``jitter_from_profile`` every rank's compute varies step to step as the profile measured it (the
     median of ``JITTER_STEPS`` simulated steps, as the harness reports the median of its steps)."""
     check_run_fields(run)
-    fingerprint = run.get("fingerprint", {})
     nodes = run_nodes(run)
     world = int(run["world_size"])
     cluster: dict[str, Any] = {
-        "gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))),
+        "gpu": run_gpu(run),
         "nodes": nodes,
         "gpus_per_node": world // nodes,
         "intra_node": {"type": intra_type_of_class(run["transport"])},

@@ -16,6 +16,7 @@ from typing import Any
 from ddpsim.collectives.nccl_tuning import TUNED_ALGORITHMS, NcclTuning
 from ddpsim.collectives.protocols import PROTOCOL_NAMES
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import BadJSONValue, strict_loads
 from ddpsim.scenario.link_kinds import LINK_CLASSES
 
 # the harness names a run's intra-node transport by its calibration link class
@@ -75,9 +76,11 @@ def read_jsonl(path: str) -> list[dict[str, Any]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = strict_loads(line)
         except json.JSONDecodeError:
             raise ScenarioError(f"line {number} is not valid JSON", file=path) from None
+        except BadJSONValue as err:
+            raise ScenarioError(str(err), file=path, field=f"line {number}.{err.field}") from None
         if not isinstance(record, dict):
             raise ScenarioError(f"line {number} is not a JSON object", file=path)
         records.append(record)
@@ -252,7 +255,8 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
         raise ScenarioError(f"an all-reduce needs 2 or more ranks, got {world_size}", file=path, field="--nccl-tests WORLD_SIZE")
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
         raise ScenarioError(f"{world_size} ranks do not split into {nodes} nodes", file=path, field="--nccl-tests NODES")
-    samples = []
+    samples: list[AllReduceSample] = []
+    row_kind: tuple[str, str] = ("", "")
     text = "\n".join(_LAUNCHER_PREFIX.sub("", line, count=1) for line in _open_text(path).splitlines())
     for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
@@ -264,6 +268,13 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
             raise ScenarioError(f"line {number}: expected the 12 or 13 columns of all_reduce_perf, got {len(fields)}",
                                 file=path)
         first = 5 if with_root else 4
+        # one sweep per file: the per-element cost differs between float and half (and between reductions),
+        # so rows of two kinds fitted together would make one curve of two different measurements
+        kind = (fields[2].lower(), fields[3].lower())
+        if samples and kind != row_kind:
+            raise ScenarioError(f"line {number}: {kind[0]}/{kind[1]} rows after {row_kind[0]}/{row_kind[1]} rows: "
+                                "one data type and reduction per file (split the file)", file=path, field="type")
+        row_kind = kind
         try:
             size = int(fields[0])
             time_us = float(fields[first + 4] if in_place else fields[first])
@@ -271,6 +282,14 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
             raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
         if size <= 0 or not math.isfinite(time_us) or time_us <= 0:
             raise ScenarioError(f"line {number}: size and time must be positive, got {size} bytes, {time_us} us", file=path)
+        # a row whose results nccl-tests found wrong timed a broken reduction; N/A: not checked (-c 0)
+        wrong = fields[first + 7] if in_place else fields[first + 3]
+        if wrong.isdigit() and int(wrong) > 0:
+            raise ScenarioError(f"line {number}: nccl-tests found {wrong} wrong results at {size} bytes", file=path,
+                                field="#wrong")
+        if any(s.bytes == size for s in samples):
+            raise ScenarioError(f"line {number}: {size} bytes measured twice: one sweep per file (split the file)",
+                                file=path, field="size")
         samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
     if not samples:
         raise ScenarioError("no all_reduce_perf rows found", file=path)
@@ -278,6 +297,7 @@ def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1,
     return samples
 
 
+_HARNESS_HEADER = "# ddpsim harness:"
 _RANK_LINE = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
 
 
@@ -291,10 +311,96 @@ def _check_header(path: str, text: str, world_size: int, nodes: int) -> None:
         raise ScenarioError(f"the header lists {len(hosts)} ranks, but {world_size} were given", file=path,
                             field="--nccl-tests WORLD_SIZE")
     distinct = len(set(hosts))
-    # several nodes on one host name is the harness's emulation (NCCL_HOSTID); several hosts must match
-    if distinct > 1 and distinct != nodes:
+    # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
+    # run by hand name each rank's real host, so there the hosts must be the nodes given
+    emulated = distinct == 1 and _HARNESS_HEADER in text
+    if distinct != nodes and not emulated:
         raise ScenarioError(f"the header lists {distinct} hosts, but {nodes} nodes were given", file=path,
                             field="--nccl-tests NODES")
+
+
+# Every field a run record may carry is either mapped onto the simulated scenario
+# (measured_scenarios.run_scenario) or listed as a record of the measurement itself; a field in
+# neither is refused by every reader (calibrate, validate, --noise-from alike), because nobody can
+# say whether it changed the step.
+MAPPED_FIELDS = frozenset({
+    "model", "batch_size", "precision", "bucket_cap_mb", "world_size", "transport", "nodes", "gpus_per_node",
+    "gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters", "static_graph",
+    "fingerprint",
+})
+# fields that record the measurement, its provenance or NCCL's own report, not a setting of the run;
+# seq_len and zero_grad_set_to_none are settings the world-size-1 profile was measured with as well
+RECORD_FIELDS = frozenset({
+    "schema", "launch_id", "variant", "timing_hook", "ddp_options_default", "model_source", "seq_len",
+    "zero_grad_set_to_none", "nodes_emulated", "nccl_hostid", "inter_node_transport", "nccl_nranks_seen",
+    "nccl_nnodes_seen", "nccl_local_ranks_seen", "nccl_nnodes_verified", "nccl_transports_seen",
+    "nccl_inter_node_transport_seen", "nccl_trees_lines", "nccl_version_printed", "nccl_socket_interface",
+    "status", "error", "step_s_median", "step_s_p10", "step_s_p90", "step_times_s", "step_s_median_max_over_ranks",
+    "step_wall_s_median", "step_wall_s_p10", "step_wall_s_p90", "step_wall_times_s", "step_time_source", "rounds",
+    "n_rounds", "round_medians_s", "nosync_step_s_median", "nosync_step_s_p10", "nosync_step_s_p90",
+    "nosync_step_times_s", "nosync_forward_s_median", "nosync_backward_s_median", "nosync_optimizer_s_median",
+    "forward_s_median", "backward_s_median", "optimizer_s_median", "iterations", "nosync_iterations", "warmup",
+    "backward_host_lead_s", "per_rank_s",
+    "bucket_sizes_bytes", "bucket_param_indices", "grad_ready_order", "bucket_layout_source", "ddp_logging",
+    "per_bucket", "per_bucket_samples", "n_params", "param_bytes", "is_reference", "run_wall_s", "host",
+    "_source", "_line",
+})
+# durations a run reports of its steps: each a time that passed, so positive where present (null: not measured)
+RUN_POSITIVE_SECONDS = ("step_s_p10", "step_s_p90", "step_s_median_max_over_ranks", "step_wall_s_median",
+                        "step_wall_s_p10", "step_wall_s_p90", "nosync_step_s_median", "nosync_step_s_p10",
+                        "nosync_step_s_p90")
+RUN_POSITIVE_SERIES = ("step_times_s", "step_wall_times_s", "nosync_step_times_s", "round_medians_s")
+
+
+def check_run_fields(run: dict[str, Any], path: str | None = None, where: str | None = None) -> None:
+    """Refuse a run record with a field ddpsim neither maps nor knows to be a measurement."""
+    for key in run:
+        if key not in MAPPED_FIELDS and key not in RECORD_FIELDS:
+            raise ScenarioError(
+                "unknown field: ddpsim cannot tell whether it changed the measured step",
+                file=path or run.get("_source"), field=f"{where or 'line ' + str(run.get('_line', '?'))}.{key}",
+            )
+
+
+def _positive_seconds(value: Any, path: str, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ScenarioError(f"expected a positive time in seconds, got {value!r}", file=path, field=field)
+
+
+def check_run_record(record: dict[str, Any], path: str, where: str) -> None:
+    """The one set of rules for a successful run record, whoever reads it: known fields only, the
+    configuration's types, and every step time a positive number (a NaN, zero or negative median
+    would be fitted as a step that took no time)."""
+    check_run_fields(record, path, where)
+    for key in ("model", "transport"):
+        _field(record, key, str, path, where)
+    if record["transport"] not in HARNESS_TRANSPORTS:
+        known = ", ".join(HARNESS_TRANSPORTS)
+        raise ScenarioError(f"unknown transport {record['transport']!r} (known: {known})", file=path, field=f"{where}.transport")
+    world = _field(record, "world_size", int, path, where)
+    if world < 1:
+        raise ScenarioError(f"expected a positive number of GPUs, got {world}", file=path, field=f"{where}.world_size")
+    cap = _field(record, "bucket_cap_mb", (int, float), path, where)
+    if not cap > 0:
+        raise ScenarioError(f"expected a positive bucket cap in MB, got {cap!r}", file=path, field=f"{where}.bucket_cap_mb")
+    _positive_seconds(_field(record, "step_s_median", (int, float), path, where), path, f"{where}.step_s_median")
+    for key in RUN_POSITIVE_SECONDS:
+        if record.get(key) is not None:
+            _positive_seconds(record[key], path, f"{where}.{key}")
+    if record.get("step_s_p10") is not None and record.get("step_s_p90") is not None \
+            and record["step_s_p10"] > record["step_s_p90"]:
+        raise ScenarioError(f"p10 {record['step_s_p10']} s is above p90 {record['step_s_p90']} s", file=path,
+                            field=f"{where}.step_s_p10")
+    for key in RUN_POSITIVE_SERIES:
+        series = record.get(key)
+        if series is None:
+            continue
+        if not isinstance(series, list):
+            raise ScenarioError(f"expected a list of seconds, got {series!r}", file=path, field=f"{where}.{key}")
+        for index, value in enumerate(series):
+            if value is not None:  # a round that did not finish is written as null
+                _positive_seconds(value, path, f"{where}.{key}[{index}]")
+    record_nodes(record, path, where)
 
 
 def read_ddp_runs(path: str, with_failed: bool = False) -> list[dict[str, Any]]:
@@ -303,19 +409,13 @@ def read_ddp_runs(path: str, with_failed: bool = False) -> list[dict[str, Any]]:
     runs = []
     for i, record in enumerate(read_jsonl(path)):
         where = f"line {i + 1}"
-        if record.get("status") != "ok":
+        # every harness record says how its run ended; one without (an empty object) is not a run
+        status = _field(record, "status", str, path, where)
+        if status != "ok":
             if with_failed:
                 runs.append({**record, "_source": os.path.abspath(path), "_line": i + 1})
             continue
-        for key in ("model", "transport"):
-            _field(record, key, str, path, where)
-        if record["transport"] not in HARNESS_TRANSPORTS:
-            known = ", ".join(HARNESS_TRANSPORTS)
-            raise ScenarioError(f"unknown transport {record['transport']!r} (known: {known})", file=path, field=f"{where}.transport")
-        _field(record, "world_size", int, path, where)
-        _field(record, "bucket_cap_mb", (int, float), path, where)
-        _field(record, "step_s_median", (int, float), path, where)
-        record_nodes(record, path, where)
+        check_run_record(record, path, where)
         runs.append({**record, "_source": os.path.abspath(path), "_line": i + 1})
     return runs
 

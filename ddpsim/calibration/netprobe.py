@@ -39,12 +39,40 @@ def read_net_probes(path: str) -> list[dict[str, Any]]:
                                 field="flows")
         if isinstance(rate, bool) or not isinstance(rate, int | float) or not rate > 0:
             raise ScenarioError(f"expected a positive rate, got {rate!r}", file=f"{path}:{line}", field="flow_GBps")
+        _check_probe(record, f"{path}:{line}")
         probe_round = record.get("probe_round", 0)  # absent before --net-probe-rounds: one round per launch
         if isinstance(probe_round, bool) or not isinstance(probe_round, int) or probe_round < 0:
             raise ScenarioError(f"expected a round number (0, 1, ...), got {probe_round!r}", file=f"{path}:{line}",
                                 field="probe_round")
         records.append(dict(record, _source=os.path.abspath(path), _line=line))
     return records
+
+
+# what the harness's probe writes (ddpsim.measure.netprobe): a name outside these is a record nobody
+# knows how to read, so it is refused rather than counted as one way or both ways by its flows alone
+PROBE_BENCHES = ("net_p2p", "net_collective")
+PROBE_PATTERNS = ("one_way", "two_way", "shift_all", "ring_net_hops", "one_way_pairs", "collective_one_way",
+                  "collective_two_way")
+
+
+def _check_probe(record: dict[str, Any], where: str) -> None:
+    """Known bench and pattern, flows between distinct ranks of the launch, and positive times."""
+    for key, known in (("bench", PROBE_BENCHES), ("pattern", PROBE_PATTERNS)):
+        if record.get(key) not in known:
+            raise ScenarioError(f"unknown {key} {record.get(key)!r} (known: {', '.join(known)})", file=where, field=key)
+    world = record.get("world_size")
+    for source, destination in record["flows"]:
+        for rank in (source, destination):
+            if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0 \
+                    or (isinstance(world, int) and rank >= world):
+                raise ScenarioError(f"expected ranks 0 to {world - 1 if isinstance(world, int) else 'N-1'}, got {rank!r}",
+                                    file=where, field="flows")
+        if source == destination:
+            raise ScenarioError(f"a flow from rank {source} to itself", file=where, field="flows")
+    for key in ("time_s_median", "time_s_p10", "time_s_p90"):
+        value = record.get(key)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0):
+            raise ScenarioError(f"expected a positive time in seconds, got {value!r}", file=where, field=key)
 
 
 def direction(flows: Sequence[Sequence[int]]) -> str | None:

@@ -12,11 +12,19 @@ from __future__ import annotations
 import math
 import os
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, check_stretch_options, load_measurements
+from ddpsim.calibration.calibrate import (
+    Measurements,
+    calibrate,
+    calibration_caps_for,
+    check_stretch_options,
+    load_measurements,
+    require_runs,
+)
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
@@ -253,6 +261,7 @@ def validate(
     scenario defaults (every run held out). Multi-node runs need the calibration's network fit.
     ``jitter_from_profile``: every rank's compute varies step to step as its profile measured."""
     measured = load_measurements(data_dirs)
+    require_runs(measured, data_dirs)
     subset = calibration.calibration_subset if calibration is not None else {}
     data_dir = calibration.data_dir if calibration is not None else None
     rows: list[RunRow] = []
@@ -287,9 +296,11 @@ def cross_validate(
     jitter_from_profile: bool = False,
     prune_undetermined: bool = False,
     comm_terms_fitted_models_only: bool = False,
+    caps_given: bool = True,
 ) -> Validation:
     """Leave one model, launch or host out: each part's runs are predicted by a calibration fitted on
-    everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap).
+    everything else (all-reduce sweeps and plain DDP runs at ``calibration_caps``, None: every cap;
+    with ``caps_given`` False they are a default, of which the caps not measured are left out).
 
     A part whose link class has no run left to fit its overheads on is not predicted; the report says
     so (``skipped``) rather than predicting it from defaults.
@@ -298,6 +309,8 @@ def cross_validate(
         raise ScenarioError(f"expected one of {', '.join(CROSS_MODES)}, got {cross!r}", field="--cross")
     check_stretch_options(fix_measured_stretch, idle_start_wait)  # before minutes of loading and fitting
     measured = load_measurements(data_dirs)
+    require_runs(measured, data_dirs)
+    calibration_caps = calibration_caps_for(calibration_caps, measured.runs, ", ".join(data_dirs), caps_given, log)
     key = _FOLD_KEYS[cross]
     parts = sorted({key(run) for run in measured.runs})
     if len(parts) < 2:
@@ -331,11 +344,33 @@ def cross_validate(
                    jitter_from_profile=jitter_from_profile, comm_terms_fitted_models_only=comm_terms_fitted_models_only)
 
 
-def _pool(jobs: int) -> Any:
+@contextmanager
+def _pool(jobs: int) -> Iterator[Any]:
+    """Worker processes for the folds that stop at once on Ctrl-C: waiting for the folds in progress
+    (the executor's default) took 22.5 s; a fold holds nothing to clean up, so its worker is killed
+    (the sweep's way, ``planning.sweep._run_processes``)."""
+    import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-    # one job: no worker processes (a thread pool of one runs the folds in order, here)
-    return ProcessPoolExecutor(jobs) if jobs > 1 else ThreadPoolExecutor(1)
+    from ddpsim.planning.sweep import _die_with_parent
+
+    if jobs == 1:  # no worker processes: a thread pool of one runs the folds in order, here
+        with ThreadPoolExecutor(1) as threads:
+            yield threads
+        return
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(jobs, initializer=_die_with_parent)
+    try:
+        yield pool
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        started = [p for p in multiprocessing.active_children() if p not in before]
+        for process in started:
+            process.kill()
+        for process in started:
+            process.join(timeout=1.0)
+        raise
+    pool.shutdown()
 
 
 class _FoldJob(NamedTuple):

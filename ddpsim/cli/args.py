@@ -34,3 +34,19 @@ def finite_float(text: str) -> float:
     if not math.isfinite(value):
         raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
     return value
+
+
+def nonnegative_float(text: str) -> float:
+    """An argparse type: a finite number of 0 or more (a tolerance in percent)."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def share(text: str) -> float:
+    """An argparse type: a fraction from 0 to 1."""
+    value = finite_float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
+    return value

@@ -103,6 +103,17 @@ def _clean_around(out: str | None) -> None:
         remove_stale_staging(folder)
 
 
+def _check_out_paths(args: argparse.Namespace) -> None:
+    """``--out ''`` or ``--trace ''`` (an unset shell variable) is refused before any work: ignored, it
+    would write nothing, or write into the current folder."""
+    from ddpsim.outdir import check_out_path
+
+    for name in ("out", "trace"):
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            check_out_path(value, f"--{name}")
+
+
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
@@ -133,6 +144,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version (0) and usage errors (2, already printed)
         return int(exc.code or 0)
     try:
+        _check_out_paths(args)
         with _sigterm_as_interrupt():
             _clean_around(getattr(args, "out", None) if isinstance(getattr(args, "out", None), str) else None)
             return int(args.handler(args) or 0)

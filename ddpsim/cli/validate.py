@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_command
+from ddpsim.cli.args import add_command, nonnegative_float, share
 from ddpsim.errors import ScenarioError
 
 EXIT_FAILED_VALIDATION = 1
 
 
-def _parse_caps(text: str) -> list[float]:
+def _parse_caps(text: str) -> list[float] | None:
+    """'all' (None) or positive caps in MB: an empty item, NaN or a negative cap selects no run at all."""
+    if text.strip() == "all":
+        return None
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        caps = [float(x) for x in text.split(",")]
     except ValueError:
-        raise ScenarioError(f"expected comma-separated numbers, got {text!r}", field="--calibration-caps") from None
+        raise ScenarioError(f"expected comma-separated numbers or 'all', got {text!r}", field="--calibration-caps") from None
+    if not all(math.isfinite(c) and c > 0 for c in caps):
+        raise ScenarioError(f"expected positive bucket caps in MB, got {text!r}", field="--calibration-caps")
+    return caps
 
 
 def _nccl_tests_arg(spec: str):
@@ -35,18 +42,37 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ddpsim.calibration.calibrate import calibrate, fit_warnings, load_measurements, noise_runs
+    from ddpsim.calibration.calibrate import (
+        DEFAULT_CALIBRATION_CAPS,
+        calibrate,
+        calibration_caps_for,
+        fit_warnings,
+        load_measurements,
+        noise_runs,
+        require_runs,
+    )
     from ddpsim.calibration.fit import fit_noise, write_calibration
     from ddpsim.calibration.measurements import Profiles
 
+    given = args.calibration_caps is not None
+    if given and args.links_only:
+        raise ScenarioError("selects the DDP runs the overheads are fitted on, and --links-only fits none: drop one",
+                            field="--calibration-caps")
+    caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
+    _check_data_dirs(args.noise_from, "--noise-from")
     other_runs = noise_runs(args.noise_from) if args.noise_from else []  # a bad folder stops before any fitting
     measured = load_measurements([args.data_dir]) if args.data_dir else None
+    if measured and not args.links_only:
+        require_runs(measured, [args.data_dir])
+        caps = calibration_caps_for(caps, measured.runs, args.data_dir, given, lambda line: print(line, file=sys.stderr))
     samples = list(measured.samples) if measured else []
     for spec in args.nccl_tests:
         samples.extend(_nccl_tests_arg(spec))
     if not samples:
         raise ScenarioError("no all-reduce measurements found (harness allreduce.jsonl or --nccl-tests)", file=args.data_dir)
-    caps = None if args.calibration_caps == "all" else _parse_caps(args.calibration_caps)
+    if not args.data_dir and not args.links_only:
+        raise ScenarioError("--nccl-tests measures the links only: add --links-only, or give DATA_DIR with DDP runs "
+                            "to fit the overheads on", field="--links-only")
     data = calibrate(
         samples,
         measured.runs if measured else [],
@@ -58,6 +84,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         compute_slowdowns=measured.compute_slowdowns if measured else (),
         net_probes=measured.net_probes if measured else (),
     )
+    if not args.links_only and not data["overheads"]:
+        # a fit that determined nothing is not a calibration: its runs' links were not measured
+        raise ScenarioError("no DDP run at the calibration caps has its links measured (allreduce.jsonl sweeps of "
+                            "its transport and shape) to fit the overheads on; add --links-only to fit the links alone",
+                            file=args.data_dir, field="--calibration-caps")
     noise_source = (f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
                     if args.data_dir else None)
     if args.noise_from:
@@ -149,6 +180,7 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from ddpsim.calibration.calibrate import DEFAULT_CALIBRATION_CAPS
     from ddpsim.calibration.file import read_calibration
     from ddpsim.calibration.validate import cross_validate, validate
     from ddpsim.cli.validation_report import validation_dict, validation_text, write_validation_dir
@@ -159,15 +191,23 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         "max_allreduce_error_pct": args.max_allreduce_error,
         "min_recommendation_share": args.min_recommendation_share,
     }
+    _check_data_dirs(args.data_dir)
+    if not args.cross:
+        for option, value in (("--calibration-caps", args.calibration_caps), ("--jobs", args.jobs)):
+            if value is not None:
+                raise ScenarioError("only cross-validation fits calibrations: add --cross model|launch|host, "
+                                    f"or drop {option}", field=option)
     if args.cross:
         if args.calibration:
             raise ScenarioError("--cross builds its own calibrations from the other parts; drop --calibration",
                                 field="--calibration")
-        caps = None if args.calibration_caps == "all" else _parse_caps(args.calibration_caps)
-        if not 1 <= args.jobs <= 1024:
-            raise ScenarioError(f"expected 1 to 1024 processes, got {args.jobs}", field="--jobs")
+        given = args.calibration_caps is not None
+        caps = _parse_caps(args.calibration_caps) if given else list(DEFAULT_CALIBRATION_CAPS)
+        jobs = 1 if args.jobs is None else args.jobs
+        if not 1 <= jobs <= 1024:
+            raise ScenarioError(f"expected 1 to 1024 processes, got {jobs}", field="--jobs")
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
-                           jobs=args.jobs, **tolerances)
+                           jobs=jobs, caps_given=given, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
     print(json.dumps(validation_dict(v), indent=2) if args.json else validation_text(v))
@@ -176,6 +216,19 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\nwrote {args.out}/validation.md, validation.json, predicted_vs_measured.png, bucket_cap_curves.png")
     return 0 if v.passed else EXIT_FAILED_VALIDATION
+
+
+def _check_data_dirs(data_dirs: list[str], option: str = "data_dir") -> None:
+    """Each campaign once: a folder given twice, or inside another given, would count its runs twice."""
+    seen: list[tuple[str, str]] = []
+    for data_dir in data_dirs:
+        real = os.path.realpath(data_dir)
+        for other, other_real in seen:
+            if os.path.commonpath([real, other_real]) in (real, other_real):
+                same = "the same folder as" if real == other_real else "inside" if real.startswith(other_real) else "holds"
+                raise ScenarioError(f"{same} {other}, given already: its runs would be counted twice", file=data_dir,
+                                    field=option)
+        seen.append((data_dir, real))
 
 
 def register(sub: Any) -> None:
@@ -188,8 +241,9 @@ def register(sub: Any) -> None:
     ))
     cal.add_argument("data_dir", nargs="?", help="folder with the harness's allreduce.jsonl, ddp_runs.jsonl, profiles/")
     cal.add_argument("--out", required=True, metavar="FILE", help="calibration JSON to write")
-    cal.add_argument("--calibration-caps", default="5,50", metavar="MB,MB|all",
-                     help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out")
+    cal.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
+                     help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out "
+                          "(default 5,50: those of them measured)")
     cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
                      help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
@@ -207,19 +261,21 @@ def register(sub: Any) -> None:
     val.add_argument("--calibration", metavar="FILE", help="calibration JSON (omit: the scenario defaults, uncalibrated)")
     val.add_argument("--cross", choices=("model", "launch", "host"),
                      help="leave one model, launch or host out: each predicted by a calibration fitted on the rest")
-    val.add_argument("--calibration-caps", default="5,50", metavar="MB,MB|all",
-                     help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all'")
-    val.add_argument("--jobs", type=int, default=1, metavar="N", help="with --cross: folds fitted in parallel processes")
+    val.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
+                     help="with --cross: bucket caps (MB) of the plain runs the overheads are fitted on, or 'all' "
+                          "(default 5,50: those of them measured)")
+    val.add_argument("--jobs", type=int, default=None, metavar="N",
+                     help="with --cross: folds fitted in parallel processes (default 1)")
     val.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
     val.add_argument("--out", metavar="DIR",
                      help="write validation.md, validation.json, predicted_vs_measured.png, bucket_cap_curves.png")
     limits = val.add_argument_group("tolerances (exit 1 past any of them)")
-    limits.add_argument("--max-mape", type=float, default=5.0, metavar="PCT",
+    limits.add_argument("--max-mape", type=nonnegative_float, default=5.0, metavar="PCT",
                         help="mean absolute %% error per link class (default 5)")
-    limits.add_argument("--max-error", type=float, default=15.0, metavar="PCT",
+    limits.add_argument("--max-error", type=nonnegative_float, default=15.0, metavar="PCT",
                         help="%% error of any held-out run (default 15)")
-    limits.add_argument("--max-allreduce-error", type=float, default=10.0, metavar="PCT",
+    limits.add_argument("--max-allreduce-error", type=nonnegative_float, default=10.0, metavar="PCT",
                         help="%% error of any all-reduce size from 64 KiB to 1 GiB (default 10)")
-    limits.add_argument("--min-recommendation-share", type=float, default=0.9, metavar="SHARE",
+    limits.add_argument("--min-recommendation-share", type=share, default=0.9, metavar="SHARE",
                         help="share of groups whose recommended cap is within 5%% of the measured best (default 0.9)")
     val.set_defaults(handler=_cmd_validate)

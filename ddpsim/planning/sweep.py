@@ -500,9 +500,14 @@ def run_sweep(
     """Run (or resume) a sweep into ``out``: points/<hash>.json as they finish, then sweep.csv and
     report.md at the end. Raises ScenarioError before writing anything if the inputs are wrong."""
     axes, points, file, base_dir = prepare_sweep(scenario_path, grid_specs, overrides, yes)
+    from ddpsim.outdir import check_out_path, removed_if_left_empty
+
+    check_out_path(out)
     client = connect_dask(dask_address) if dask_address else None
     try:
-        return _execute(axes, points, file, base_dir, out, workers, client, progress)
+        # a sweep that fails before its first point is saved leaves no empty folders behind
+        with removed_if_left_empty(out, os.path.join(out, "points")):
+            return _execute(axes, points, file, base_dir, out, workers, client, progress)
     finally:
         if client is not None:
             client.close()

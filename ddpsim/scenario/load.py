@@ -243,7 +243,14 @@ def _topology(r: _Reader) -> CustomTopologySpec:
         if link.a == link.b:
             raise link_reader.error("b", f"a link must join two different vertices, got {link.a!r} twice")
         links.append(link)
-    per_node = r.value(_spec(CustomTopologySpec, "gpus_per_node"), len(gpus))
+    per_node_spec = _spec(CustomTopologySpec, "gpus_per_node")
+    if "gpus_per_node" in r.data:
+        per_node = r.value(per_node_spec)
+    else:
+        # the schema marks it required so that no number stands in its table; absent, it is "all of
+        # them" (one node), as the README says
+        r.defaulted.add(r._join(r.path, "gpus_per_node"))
+        per_node = len(gpus)
     if len(gpus) % per_node:
         raise r.error("gpus_per_node", f"{len(gpus)} GPUs do not split into nodes of {per_node}")
     return CustomTopologySpec(gpus=tuple(gpus), links=tuple(links), gpus_per_node=per_node)
@@ -251,6 +258,12 @@ def _topology(r: _Reader) -> CustomTopologySpec:
 
 def _cluster(r: _Reader) -> ClusterSpec:
     topology = _topology(r.section(CustomTopologySpec, "topology")) if r.has("topology") else None
+    if topology is not None:
+        for key in ("nodes", "gpus_per_node"):
+            if key in r.data:
+                # the graph decides both; a number beside it would be silently replaced
+                raise r.error(key, f"is set by cluster.topology ({len(topology.gpus)} GPUs in nodes of "
+                                   f"{topology.gpus_per_node}); drop it, or write cluster.topology.gpus_per_node")
     plain = read_fields(ClusterSpec, r)
     if topology is not None:
         plain["gpus_per_node"] = topology.gpus_per_node
@@ -351,6 +364,11 @@ def apply_overrides(data: dict, overrides: Iterable[str], file: str) -> dict:
 
 def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -> Scenario:
     root = _Reader(data, "", file, _keys(Scenario) | set(FREE_TEXT_KEYS))
+    for key in FREE_TEXT_KEYS:
+        value = root.data.get(key)
+        if value is not None and not isinstance(value, str | int | float) or isinstance(value, bool):
+            # a title is printed in reports: a list or mapping there is a misplaced section
+            raise root.error(key, f"expected text ({FREE_TEXT_KEYS[key]}), got {value!r}")
     for key in ("workload", "cluster"):
         if not root.has(key):
             raise root.error(key, "missing required section")
@@ -384,11 +402,40 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     )
 
 
+def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[str, int, int] | None:
+    """(dotted key, first line, second line) of the first key written twice in one mapping, or None.
+
+    PyYAML keeps the last of two equal keys silently (``batch_size: 64`` then ``batch_size: 2`` ran
+    with 2), so the composed node tree is walked before the values are built."""
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[str, int] = {}
+        for key_node, value_node in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # `<<: *defaults` merges on purpose; keys written beside it override it
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "?"
+            dotted = f"{path}.{key}" if path else key
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                return dotted, seen[key], line
+            seen[key] = line
+            found = _duplicate_key(value_node, dotted)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{path}[{index}]")
+            if found:
+                return found
+    return None
+
+
 def read_scenario_dict(path: str) -> dict:
     """The raw YAML mapping of a scenario file (before overrides and validation)."""
     try:
         with open(path, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            text = handle.read()
+        duplicate = _duplicate_key(yaml.compose(text, Loader=yaml.SafeLoader))
+        data = yaml.safe_load(text)
     except FileNotFoundError:
         raise ScenarioError("file not found", file=path) from None
     except IsADirectoryError:
@@ -399,6 +446,10 @@ def read_scenario_dict(path: str) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
         raise ScenarioError(f"not valid YAML{where}", file=path) from None
+    if duplicate:
+        key, first, second = duplicate
+        raise ScenarioError(f"written twice (lines {first} and {second}); YAML would keep only the last",
+                            file=path, field=key)
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping with workload and cluster sections", file=path)
     return data
