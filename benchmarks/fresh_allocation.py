@@ -1,0 +1,133 @@
+"""Fresh allocations: each machine allocation predicted by a calibration pooled over the others.
+
+For every GPU kind, the committed campaign folders are grouped into allocations (``pool.find_allocations``:
+folders whose machine.txt names the same GPUs are one machine). Each part of the allocations is held
+out in turn; a calibration is fitted on the kind's other allocations at once (``pool.pooled_calibration``)
+and predicts the held-out allocations' plain DDP runs (a) as it is and (b) re-centred on the allocation's
+own all-reduce sweeps (its link classes refitted, the pooled DDP overheads kept: the probe). Every run is
+predicted from its own campaign's world-size-1 profile, as ``ddpsim validate`` does. The report gives, per
+GPU kind and link class, the errors, the spread of the allocations' offsets, and the share of runs inside
+a p10..p90 built from the other allocations' spreads only.
+
+    python benchmarks/fresh_allocation.py --folds 5 > benchmarks/fresh_allocation_output.txt
+    python benchmarks/fresh_allocation.py --folds 5 --write-pooled validation   # also the pooled files
+
+Fits are cached per fold (``--cache``): a rerun with the same folders and settings reads them back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import os
+import sys
+import time
+
+from ddpsim.calibration.calibrate import load_measurements
+from ddpsim.calibration.pool import (
+    RUNS_PER_GROUP,
+    GroupSummary,
+    HeldOutRun,
+    allocation_folds,
+    allocation_offsets,
+    allocation_spread_entry,
+    cross_validate_allocations,
+    find_allocations,
+    pooled_calibration,
+    spread_sigmas,
+    summarise,
+    write_pooled,
+)
+
+POOLED_NAMES = {"H100-SXM": "calibration-h100-pooled.json", "H200": "calibration-h200-pooled.json"}
+
+
+def _summary_lines(rows: list[HeldOutRun], title: str) -> list[str]:
+    lines = [title, f"{'GPU':9} {'link':10} {'probe':5} {'runs':>4} {'alloc':>5} {'mean|e|%':>8} {'signed%':>8} "
+             f"{'max|e|%':>8} {'in p10..p90':>11} {'half-width%':>11} {'p80|e|%':>8}"]
+    for probed in (False, True):
+        for s in summarise(rows, probed):
+            lines.append(_summary_line(s))
+    return lines
+
+
+def _summary_line(s: GroupSummary) -> str:
+    inside = f"{s.inside}/{s.with_interval}" if s.with_interval else "-"
+    width = "-" if s.median_half_width_pct is None else f"{s.median_half_width_pct:.1f}"
+    p80 = "-" if s.abs_error_p80_pct is None else f"{s.abs_error_p80_pct:.1f}"
+    return (f"{s.gpu:9} {s.group:10} {'yes' if s.probed else 'no':5} {s.runs:>4} {s.allocations:>5} "
+            f"{s.mean_abs_pct:>8.1f} {s.signed_pct:>+8.1f} {s.max_abs_pct:>8.1f} {inside:>11} {width:>11} {p80:>8}")
+
+
+def _offset_lines(rows: list[HeldOutRun]) -> list[str]:
+    lines = ["Allocation offsets: mean ln(measured/predicted) per allocation and link class, as % "
+             "(pooled alone -> with the probe)"]
+    plain, probed = allocation_offsets(rows, False), allocation_offsets(rows, True)
+    for key in sorted(plain):
+        cells = []
+        for allocation, value in sorted(plain[key].items()):
+            after = probed.get(key, {}).get(allocation)
+            cells.append(f"{allocation} {100 * value:+.1f}" + ("" if after is None else f"->{100 * after:+.1f}"))
+        lines.append(f"  {key[0]} {key[1]}: " + "; ".join(cells))
+    lines.append("Spreads (lognormal sigma, %): allocation offset / runs around it, over allocations")
+    for probed_flag in (False, True):
+        for (gpu, link_class), (alloc, within, n) in sorted(spread_sigmas(rows, probed_flag).items()):
+            a = "-" if alloc is None else f"{100 * alloc:.1f}"
+            w = "-" if within is None else f"{100 * within:.1f}"
+            lines.append(f"  {gpu} {link_class:7} {'probe' if probed_flag else 'pooled'}: allocation {a}, "
+                         f"residual {w} ({n} allocations)")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default="validation/data", help="folder of campaign folders")
+    parser.add_argument("--folds", type=int, default=None, help="parts per GPU kind (default: one per allocation)")
+    parser.add_argument("--per-group", type=int, default=RUNS_PER_GROUP,
+                        help="plain runs per allocation, link class, GPUs and nodes in a pooled overhead fit")
+    parser.add_argument("--gpu", action="append", help="only these GPU kinds (catalog names: H100-SXM, H200)")
+    parser.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddpsim-fresh-cache"))
+    parser.add_argument("--write-pooled", metavar="DIR",
+                        help="fit each GPU kind on every allocation and write its pooled calibration here")
+    args = parser.parse_args(argv)
+
+    def log(line: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
+
+    allocations = find_allocations(sorted(glob.glob(os.path.join(args.data, "*"))))
+    if args.gpu:
+        allocations = [a for a in allocations if a.gpu in args.gpu]
+    print("Allocations (folders of one machine; GPU):")
+    for a in allocations:
+        print(f"  {a.gpu:9} {a.name}: {', '.join(os.path.basename(f) for f in a.folders)}")
+    for gpu in sorted({a.gpu for a in allocations}):
+        parts = allocation_folds([a for a in allocations if a.gpu == gpu], args.folds)
+        print(f"{gpu}: {len(parts)} held-out parts: " + " | ".join(",".join(a.name for a in p) for p in parts))
+    rows = cross_validate_allocations(allocations, args.folds, args.per_group, args.cache, log)
+    print()
+    print(f"Every plain DDP run of each allocation, predicted by a calibration pooled over the same GPU kind's "
+          f"allocations outside its part ({args.per_group} plain runs per allocation, link class, GPUs and nodes "
+          "in the overhead fit; every sweep in the link fit). probe no: the pooled calibration alone; probe yes: "
+          "its link classes refitted on the allocation's own sweeps (runs whose link part the allocation did not "
+          "sweep are left out of those lines). Intervals: p10..p90 from the step noise, the allocation spread "
+          "and the residual spread measured on the other allocations (this one's runs never used).")
+    print("\n".join(_summary_lines(rows, "All plain runs:")))
+    seen = [r for r in rows if r.model_in_fit]
+    if len(seen) < len(rows):
+        print("\n".join(_summary_lines(seen, "Runs of models the pooled overheads were fitted on:")))
+        unseen = [r for r in rows if not r.model_in_fit]
+        print("\n".join(_summary_lines(unseen, "Runs of models the pooled overheads were NOT fitted on:")))
+    print("\n".join(_offset_lines(rows)))
+    if args.write_pooled:
+        for gpu in sorted({a.gpu for a in allocations}):
+            kind = [a for a in allocations if a.gpu == gpu]
+            log(f"{gpu}: fitting the pooled calibration on all {len(kind)} allocations")
+            data = pooled_calibration({a.name: load_measurements(a.folders) for a in kind}, args.per_group, log=log)
+            path = os.path.join(args.write_pooled, POOLED_NAMES.get(gpu, f"calibration-{gpu.lower()}-pooled.json"))
+            write_pooled(path, data, allocation_spread_entry(rows, gpu))
+            print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
