@@ -264,3 +264,26 @@ def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
         assert p.probed_s is not None and m.probed_s is not None and m.probed_s > p.probed_s
     with pytest.raises(ValueError, match="own training"):
         predict_fold([a_held], [a_held], loaded)
+
+
+def test_a_probe_without_sweeps_is_refused_and_one_with_sweeps_says_what_it_did_not_touch(tmp_path):
+    from ddpsim.calibration.pool import probe_calibration
+
+    base = {"schema": SCHEMA, "link_classes": {"nvlink": _link(1e11, [2]), "socket": _link(5e9, [2])},
+            "allocation_spread": {"nvlink": {"sigma": 0.1, "sigma_after_probe": 0.02}}}
+    no_sweeps = tmp_path / "runs-only"
+    no_sweeps.mkdir()
+    (no_sweeps / "ddp_runs.jsonl").write_text(json.dumps(_run()) + "\n")
+    with pytest.raises(ScenarioError, match="no all-reduce sweep"):
+        probe_calibration(base, [str(no_sweeps)])
+    probe = _copy(tmp_path, "h100x2-2026-11-26", "probe")  # its NVLink sweeps only (the copy keeps nvlink)
+    out, notes = probe_calibration(base, [probe])
+    assert out["probed_from"]["parts"] == ["nvlink 2"]
+    assert out["allocation_spread"]["nvlink"]["sigma"] == 0.02
+    assert len(notes) == 1 and notes[0].startswith("socket:")
+    # the probe's link is what `calibrate --links-only` fits on the same sweeps, not the base's 100 GB/s
+    from ddpsim.calibration.calibrate import calibrate, load_measurements
+
+    m = load_measurements([probe])
+    alone = calibrate(m.samples, [], m.profiles, None, links_only=True)["link_classes"]["nvlink"]["bandwidth_Bps"]
+    assert calibration_from_dict(out, "<p>").link_fit("nvlink", 2, 1).bandwidth_Bps == alone != 1e11

@@ -259,6 +259,25 @@ def recentre(base: dict[str, Any], probed_links: dict[str, Any]) -> tuple[dict[s
     return out, probed
 
 
+def probe_calibration(base: dict[str, Any], probe_dirs: Sequence[str], base_source: str = "<base>"
+                      ) -> tuple[dict[str, Any], list[str]]:
+    """A pooled calibration re-centred on an allocation's probe (the all-reduce sweeps under
+    ``probe_dirs``; no DDP run is read), with a line for every link class the probe did not touch,
+    whose interval keeps the pooled allocation spread. Refused without a sweep: a probe that measured
+    nothing would return the pooled file under another name."""
+    probe = load_measurements(probe_dirs)
+    if not probe.samples:
+        raise ScenarioError("no all-reduce sweep (allreduce.jsonl) to re-centre the calibration on: the probe is "
+                            "the allocation's sweeps, one per link class it will use", file=", ".join(probe_dirs))
+    out, probed = recentre(base, probe_links(probe))
+    out["probed_from"] = {"folders": [os.path.basename(os.path.normpath(d)) for d in probe_dirs],
+                          "base": base_source, "parts": sorted(f"{c} {p}" for c, p in probed)}
+    touched = {c for c, _ in probed}
+    notes = [f"{c}: not in the probe (no sweep of it): the pooled fit and its allocation spread stand for this "
+             f"allocation" for c in sorted(set(base.get("link_classes") or {}) - touched)]
+    return out, notes
+
+
 def probed_part(run: dict[str, Any]) -> tuple[str, str]:
     """The link part a run's time depends on most: the network's shape across nodes, else its class
     at its GPU count."""
