@@ -19,13 +19,17 @@ from __future__ import annotations
 
 import argparse
 import glob
+import hashlib
+import json
 import os
 import sys
 import time
 
 from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.pool import (
+    FOLD_CACHE_VERSION,
     RUNS_PER_GROUP,
+    Allocation,
     GroupSummary,
     HeldOutRun,
     allocation_folds,
@@ -87,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="plain runs per allocation, link class, GPUs and nodes in a pooled overhead fit")
     parser.add_argument("--gpu", action="append", help="only these GPU kinds (catalog names: H100-SXM, H200)")
     parser.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddpsim-fresh-cache"))
+    parser.add_argument("--fit-only", action="store_true",
+                        help="only the pooled fit on every allocation (cached for a later --write-pooled run)")
     parser.add_argument("--write-pooled", metavar="DIR",
                         help="fit each GPU kind on every allocation and write its pooled calibration here")
     args = parser.parse_args(argv)
@@ -103,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
     for gpu in sorted({a.gpu for a in allocations}):
         parts = allocation_folds([a for a in allocations if a.gpu == gpu], args.folds)
         print(f"{gpu}: {len(parts)} held-out parts: " + " | ".join(",".join(a.name for a in p) for p in parts))
+    if args.fit_only:
+        for gpu in sorted({a.gpu for a in allocations}):
+            _pooled_fit([a for a in allocations if a.gpu == gpu], args.per_group, args.cache, log)
+        return 0
     rows = cross_validate_allocations(allocations, args.folds, args.per_group, args.cache, log)
     print()
     print(f"Every plain DDP run of each allocation, predicted by a calibration pooled over the same GPU kind's "
@@ -120,13 +130,27 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(_offset_lines(rows)))
     if args.write_pooled:
         for gpu in sorted({a.gpu for a in allocations}):
-            kind = [a for a in allocations if a.gpu == gpu]
-            log(f"{gpu}: fitting the pooled calibration on all {len(kind)} allocations")
-            data = pooled_calibration({a.name: load_measurements(a.folders) for a in kind}, args.per_group, log=log)
+            data = _pooled_fit([a for a in allocations if a.gpu == gpu], args.per_group, args.cache, log)
             path = os.path.join(args.write_pooled, POOLED_NAMES.get(gpu, f"calibration-{gpu.lower()}-pooled.json"))
             write_pooled(path, data, allocation_spread_entry(rows, gpu))
-            print(f"wrote {path}")
+            print(f"wrote {path}: fitted on every allocation above of {gpu}")
     return 0
+
+
+def _pooled_fit(kind: list[Allocation], per_group: int, cache: str, log) -> dict:
+    """The calibration fitted on every allocation of one GPU kind, cached as the folds are."""
+    key = hashlib.sha256(json.dumps([FOLD_CACHE_VERSION, [a.folders for a in kind], per_group]).encode()).hexdigest()
+    path = os.path.join(cache, f"pooled-{kind[0].gpu}-{key[:16]}.json")
+    if os.path.isfile(path):
+        with open(path, encoding="utf-8") as handle:
+            return json.load(handle)
+    log(f"{kind[0].gpu}: fitting the pooled calibration on all {len(kind)} allocations")
+    data = pooled_calibration({a.name: load_measurements(a.folders) for a in kind}, per_group, log=log)
+    os.makedirs(cache, exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(path + ".tmp", path)
+    return data
 
 
 if __name__ == "__main__":
