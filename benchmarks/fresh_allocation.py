@@ -83,6 +83,26 @@ def _offset_lines(rows: list[HeldOutRun]) -> list[str]:
     return lines
 
 
+def _model_lines(rows: list[HeldOutRun]) -> list[str]:
+    """What limits the probed error: per GPU, link class and model, the mean and the spread of
+    ln(measured / predicted) over every allocation's runs (a model's own misfit, not the allocation's)."""
+    import math
+    from collections import defaultdict
+
+    groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
+    for r in rows:
+        predicted = r.probed_s if r.probed_s is not None else r.pooled_s
+        groups[(r.gpu, r.link_class, r.model)].append(math.log(r.measured_s / predicted))
+    lines = ["Per model (with the probe where there is one): mean ln(measured/predicted) % and its spread % over "
+             "runs of every allocation (positive: ran slower than predicted)"]
+    for (gpu, link_class, model), errors in sorted(groups.items()):
+        mean = sum(errors) / len(errors)
+        spread = math.sqrt(sum((e - mean) ** 2 for e in errors) / max(1, len(errors) - 1))
+        lines.append(f"  {gpu:9} {link_class:7} {model:11} runs {len(errors):3}: mean {100 * mean:+6.1f}, "
+                     f"spread {100 * spread:5.1f}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="validation/data", help="folder of campaign folders")
@@ -128,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         unseen = [r for r in rows if not r.model_in_fit]
         print("\n".join(_summary_lines(unseen, "Runs of models the pooled overheads were NOT fitted on:")))
     print("\n".join(_offset_lines(rows)))
+    print("\n".join(_model_lines(rows)))
     if args.write_pooled:
         for gpu in sorted({a.gpu for a in allocations}):
             data = _pooled_fit([a for a in allocations if a.gpu == gpu], args.per_group, args.cache, log)
