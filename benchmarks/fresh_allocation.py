@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="plain runs per allocation, link class, GPUs and nodes in a pooled overhead fit")
     parser.add_argument("--gpu", action="append", help="only these GPU kinds (catalog names: H100-SXM, H200)")
     parser.add_argument("--cache", default=os.path.join(os.environ.get("TMPDIR", "/tmp"), "ddpsim-fresh-cache"))
+    parser.add_argument("--loo-class", action="append", default=[], metavar="CLASS",
+                        help="this link class's runs by leaving one allocation out, fitting that class only (for a "
+                             "class measured on so few allocations that a part holds all of them)")
     parser.add_argument("--fit-only", action="store_true",
                         help="only the pooled fit on every allocation (cached for a later --write-pooled run)")
     parser.add_argument("--write-pooled", metavar="DIR",
@@ -133,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         for gpu in sorted({a.gpu for a in allocations}):
             _pooled_fit([a for a in allocations if a.gpu == gpu], args.per_group, args.cache, log)
         return 0
-    rows = cross_validate_allocations(allocations, args.folds, args.per_group, args.cache, log)
+    rows = cross_validate_allocations(allocations, args.folds, args.per_group, args.cache, log, args.loo_class)
     print()
     print(f"Every plain DDP run of each allocation, predicted by a calibration pooled over the same GPU kind's "
           f"allocations outside its part ({args.per_group} plain runs per allocation, link class, GPUs and nodes "

@@ -308,8 +308,12 @@ class HeldOutRun:
     launch_sigma: float | None
 
 
-def _fold_key(held: Sequence[Allocation], training: Sequence[Allocation], per_group: int) -> str:
-    text = json.dumps([FOLD_CACHE_VERSION, [a.folders for a in held], [a.folders for a in training], per_group])
+def _fold_key(held: Sequence[Allocation], training: Sequence[Allocation], per_group: int,
+              link_classes: set[str] | None = None) -> str:
+    parts: list[Any] = [FOLD_CACHE_VERSION, [a.folders for a in held], [a.folders for a in training], per_group]
+    if link_classes is not None:
+        parts.append(sorted(link_classes))
+    text = json.dumps(parts)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -332,18 +336,21 @@ def predict_fold(
     per_group: int = RUNS_PER_GROUP,
     cache_dir: str | None = None,
     log: Callable[[str], None] | None = None,
+    link_classes: set[str] | None = None,
 ) -> list[HeldOutRun]:
-    """Fit on ``training`` (never any of ``held``), predict each held allocation's plain runs without a
-    probe and with its own sweeps as the probe. A fold already in ``cache_dir`` is read back."""
+    """Fit on ``training`` (never any of ``held``), predict each held allocation's plain runs (of
+    ``link_classes`` only, if given) without a probe and with its own sweeps as the probe. A fold
+    already in ``cache_dir`` is read back."""
     names = {a.name for a in held}
     if names & {a.name for a in training}:
         raise ValueError(f"allocations {sorted(names & {a.name for a in training})} are among their own training")
-    cache = os.path.join(cache_dir, f"{held[0].name}-{_fold_key(held, training, per_group)}.json") \
+    cache = os.path.join(cache_dir, f"{held[0].name}-{_fold_key(held, training, per_group, link_classes)}.json") \
         if cache_dir else None
     if cache and os.path.isfile(cache):
         with open(cache, encoding="utf-8") as handle:
             return [HeldOutRun(**row) for row in json.load(handle)["rows"]]
-    plain = {a.name: [r for r in loaded[a.name].runs if is_plain(r)] for a in held}
+    plain = {a.name: [r for r in loaded[a.name].runs
+                      if is_plain(r) and (link_classes is None or run_class(r) in link_classes)] for a in held}
     classes = {run_class(r) for runs in plain.values() for r in runs}
     if not classes:
         return []
@@ -393,9 +400,12 @@ def cross_validate_allocations(
     per_group: int = RUNS_PER_GROUP,
     cache_dir: str | None = None,
     log: Callable[[str], None] | None = None,
+    loo_classes: Sequence[str] = (),
 ) -> list[HeldOutRun]:
     """Every allocation of each GPU kind predicted by a calibration pooled over the kind's allocations
-    outside its part (``allocation_folds``: None, leave one allocation out)."""
+    outside its part (``allocation_folds``: None, leave one allocation out). For each link class of
+    ``loo_classes`` (one measured on few allocations, which a part may hold all of), its runs come
+    from leaving one allocation out instead, fitting that class only."""
     loaded = {a.name: load_measurements(a.folders) for a in allocations}
     rows: list[HeldOutRun] = []
     for gpu in sorted({a.gpu for a in allocations}):
@@ -405,6 +415,14 @@ def cross_validate_allocations(
             if log:
                 log(f"{gpu}: holding out {', '.join(a.name for a in held)}; fitting on {len(training)} allocations")
             rows += predict_fold(held, training, loaded, per_group, cache_dir, log)
+        for link_class in loo_classes:
+            rows = [r for r in rows if not (r.gpu == gpu and r.link_class == link_class)]
+            for allocation in kind:
+                if any(run_class(r) == link_class and is_plain(r) for r in loaded[allocation.name].runs):
+                    if log:
+                        log(f"{gpu} {link_class}: holding out {allocation.name} alone")
+                    rows += predict_fold([allocation], [a for a in kind if a != allocation], loaded, per_group,
+                                         cache_dir, log, link_classes={link_class})
     return rows
 
 
