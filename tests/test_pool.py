@@ -147,6 +147,7 @@ def test_a_network_probe_replaces_its_shape():
     cal = calibration_from_dict(out, "<recentred>")
     assert cal.link_fit("net", 4, 4).bandwidth_Bps == 1e9
     assert cal.link_fit("net", 2, 2).bandwidth_Bps == 3e9
+    assert out["link_classes"]["net"]["shapes"] == ["2x1", "4x1"]
 
 
 def _row(allocation, measured, predicted, probed=None, link="nvlink", step_sigma=0.0):

@@ -249,6 +249,10 @@ def recentre(base: dict[str, Any], probed_links: dict[str, Any]) -> tuple[dict[s
         for part, sub in parts.items():
             target[key][part] = copy.deepcopy({k: v for k, v in sub.items() if k not in ("by_shape", "by_world_size")})
             probed.add((link_class, part))
+        # the parts the entry now has a fit of its own for (gaps.transfer_gaps reads them)
+        listed = "shapes" if link_class == INTER_NODE_LINK_CLASS else "world_sizes"
+        names = {str(p) for p in target.get(listed) or []} | set(parts)
+        target[listed] = sorted(names) if listed == "shapes" else sorted(int(p) for p in names)
     if "allocation_spread" in out:
         for link_class, spread in out["allocation_spread"].items():
             if any(c == link_class for c, _ in probed) and spread.get("sigma_after_probe") is not None:
