@@ -4,7 +4,8 @@ For every GPU kind, the committed campaign folders are grouped into allocations 
 folders whose machine.txt names the same GPUs are one machine). Each part of the allocations is held
 out in turn; a calibration is fitted on the kind's other allocations at once (``pool.pooled_calibration``)
 and predicts the held-out allocations' plain DDP runs (a) as it is and (b) re-centred on the allocation's
-own all-reduce sweeps (its link classes refitted, the pooled DDP overheads kept: the probe). Every run is
+own all-reduce sweeps (the probe: its link classes refitted, or only their bandwidth taken, the pooled DDP
+overheads kept). Every run is
 predicted from its own campaign's world-size-1 profile, as ``ddpsim validate`` does. The report gives, per
 GPU kind and link class, the errors, the spread of the allocations' offsets, and the share of runs inside
 a p10..p90 built from the other allocations' spreads only.
@@ -28,6 +29,7 @@ import time
 from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.pool import (
     FOLD_CACHE_VERSION,
+    MODES,
     RUNS_PER_GROUP,
     Allocation,
     GroupSummary,
@@ -47,10 +49,10 @@ POOLED_NAMES = {"H100-SXM": "calibration-h100-pooled.json", "H200": "calibration
 
 
 def _summary_lines(rows: list[HeldOutRun], title: str) -> list[str]:
-    lines = [title, f"{'GPU':9} {'link':10} {'probe':5} {'runs':>4} {'alloc':>5} {'mean|e|%':>8} {'signed%':>8} "
+    lines = [title, f"{'GPU':9} {'link':10} {'probe':6} {'runs':>4} {'alloc':>5} {'mean|e|%':>8} {'signed%':>8} "
              f"{'max|e|%':>8} {'in p10..p90':>11} {'half-width%':>11} {'p80|e|%':>8}"]
-    for probed in (False, True):
-        for s in summarise(rows, probed):
+    for mode in MODES:
+        for s in summarise(rows, mode):
             lines.append(_summary_line(s))
     return lines
 
@@ -59,14 +61,14 @@ def _summary_line(s: GroupSummary) -> str:
     inside = f"{s.inside}/{s.with_interval}" if s.with_interval else "-"
     width = "-" if s.median_half_width_pct is None else f"{s.median_half_width_pct:.1f}"
     p80 = "-" if s.abs_error_p80_pct is None else f"{s.abs_error_p80_pct:.1f}"
-    return (f"{s.gpu:9} {s.group:10} {'yes' if s.probed else 'no':5} {s.runs:>4} {s.allocations:>5} "
+    return (f"{s.gpu:9} {s.group:10} {s.mode:6} {s.runs:>4} {s.allocations:>5} "
             f"{s.mean_abs_pct:>8.1f} {s.signed_pct:>+8.1f} {s.max_abs_pct:>8.1f} {inside:>11} {width:>11} {p80:>8}")
 
 
 def _offset_lines(rows: list[HeldOutRun]) -> list[str]:
     lines = ["Allocation offsets: mean ln(measured/predicted) per allocation and link class, as % "
-             "(pooled alone -> with the probe)"]
-    plain, probed = allocation_offsets(rows, False), allocation_offsets(rows, True)
+             "(pooled alone -> re-centred on the probe's bandwidth)"]
+    plain, probed = allocation_offsets(rows, "pooled"), allocation_offsets(rows, "level")
     for key in sorted(plain):
         cells = []
         for allocation, value in sorted(plain[key].items()):
@@ -74,11 +76,11 @@ def _offset_lines(rows: list[HeldOutRun]) -> list[str]:
             cells.append(f"{allocation} {100 * value:+.1f}" + ("" if after is None else f"->{100 * after:+.1f}"))
         lines.append(f"  {key[0]} {key[1]}: " + "; ".join(cells))
     lines.append("Spreads (lognormal sigma, %): allocation offset / runs around it, over allocations")
-    for probed_flag in (False, True):
-        for (gpu, link_class), (alloc, within, n) in sorted(spread_sigmas(rows, probed_flag).items()):
+    for mode in MODES:
+        for (gpu, link_class), (alloc, within, n) in sorted(spread_sigmas(rows, mode).items()):
             a = "-" if alloc is None else f"{100 * alloc:.1f}"
             w = "-" if within is None else f"{100 * within:.1f}"
-            lines.append(f"  {gpu} {link_class:7} {'probe' if probed_flag else 'pooled'}: allocation {a}, "
+            lines.append(f"  {gpu} {link_class:7} {mode:6}: allocation {a}, "
                          f"residual {w} ({n} allocations)")
     return lines
 
@@ -91,9 +93,9 @@ def _model_lines(rows: list[HeldOutRun]) -> list[str]:
 
     groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in rows:
-        predicted = r.probed_s if r.probed_s is not None else r.pooled_s
+        predicted = r.level_s if r.level_s is not None else r.pooled_s
         groups[(r.gpu, r.link_class, r.model)].append(math.log(r.measured_s / predicted))
-    lines = ["Per model (with the probe where there is one): mean ln(measured/predicted) % and its spread % over "
+    lines = ["Per model (re-centred on the probe's bandwidth where there is one): mean ln(measured/predicted) % and its spread % over "
              "runs of every allocation (positive: ran slower than predicted)"]
     for (gpu, link_class, model), errors in sorted(groups.items()):
         mean = sum(errors) / len(errors)
@@ -140,10 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"Every plain DDP run of each allocation, predicted by a calibration pooled over the same GPU kind's "
           f"allocations outside its part ({args.per_group} plain runs per allocation, link class, GPUs and nodes "
-          "in the overhead fit; every sweep in the link fit). probe no: the pooled calibration alone; probe yes: "
-          "its link classes refitted on the allocation's own sweeps (runs whose link part the allocation did not "
-          "sweep are left out of those lines). Intervals: p10..p90 from the step noise, the allocation spread "
-          "and the residual spread measured on the other allocations (this one's runs never used).")
+          "in the overhead fit; every sweep in the link fit). probe pooled: the pooled calibration alone; links: "
+          "its link classes refitted on the allocation's own sweeps (calibrate --links-only); level: the pooled "
+          "link curves kept, their bandwidth taken from the allocation's own sweeps (runs whose link part the "
+          "allocation did not sweep are left out of the links and level lines). Intervals: p10..p90 from the step "
+          "noise, the allocation spread and the residual spread measured on the other allocations (this one's "
+          "runs never used); p80|e|: the half-width an honest interval needs.")
     print("\n".join(_summary_lines(rows, "All plain runs:")))
     seen = [r for r in rows if r.model_in_fit]
     if len(seen) < len(rows):

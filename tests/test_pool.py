@@ -161,18 +161,18 @@ def test_allocation_spread_is_the_root_mean_square_of_the_offsets():
     rows = [_row("A", e(0.10), 1.0), _row("A", e(0.20), 1.0),   # offset 0.15, residuals -0.05, +0.05
             _row("B", e(-0.10), 1.0), _row("B", e(-0.10), 1.0),  # offset -0.10, residuals 0
             _row("C", e(0.05), 1.0, probed=e(0.01))]             # offset 0.05
-    offsets = allocation_offsets(rows, probed=False)[("H100-SXM", "nvlink")]
+    offsets = allocation_offsets(rows, mode="pooled")[("H100-SXM", "nvlink")]
     assert offsets == pytest.approx({"A": 0.15, "B": -0.10, "C": 0.05})
-    alloc, within, n = spread_sigmas(rows, probed=False)[("H100-SXM", "nvlink")]
+    alloc, within, n = spread_sigmas(rows, mode="pooled")[("H100-SXM", "nvlink")]
     assert n == 3
     assert alloc == pytest.approx(math.sqrt((0.15 ** 2 + 0.10 ** 2 + 0.05 ** 2) / 3))
     # five runs, three offsets estimated: two degrees of freedom
     assert within == pytest.approx(math.sqrt((0.05 ** 2 + 0.05 ** 2) / 2))
     # leaving A out: B and C only
-    alloc_b_c, _, _ = spread_sigmas(rows, probed=False, leave_out="A")[("H100-SXM", "nvlink")]
+    alloc_b_c, _, _ = spread_sigmas(rows, mode="pooled", leave_out="A")[("H100-SXM", "nvlink")]
     assert alloc_b_c == pytest.approx(math.sqrt((0.10 ** 2 + 0.05 ** 2) / 2))
     # after the probe only C has a prediction: one allocation gives no spread
-    assert spread_sigmas(rows, probed=True)[("H100-SXM", "nvlink")][0] is None
+    assert spread_sigmas(rows, mode="links")[("H100-SXM", "nvlink")][0] is None
 
 
 def test_each_allocations_interval_comes_from_the_other_allocations():
@@ -182,7 +182,7 @@ def test_each_allocations_interval_comes_from_the_other_allocations():
     for name, offset in (("A", 0.1), ("B", -0.1), ("C", 0.1), ("D", -0.1)):
         rows += [_row(name, e(offset + 0.02), 1.0), _row(name, e(offset - 0.02), 1.0)]
     rows.append(_row("E", e(0.5), 1.0))  # far off, one run (no residual of its own)
-    summary = summarise(rows, probed=False)[0]
+    summary = summarise(rows, mode="pooled")[0]
     assert summary.runs == 9 and summary.allocations == 5
     # A..D: the others' spread includes E's 0.5 offset, so their intervals are wide and hold them;
     # E's interval from A..D: sigma = sqrt(0.1^2 + within^2) with within = sqrt(8 x 0.02^2 / 4)
@@ -288,3 +288,15 @@ def test_a_probe_without_sweeps_is_refused_and_one_with_sweeps_says_what_it_did_
     m = load_measurements([probe])
     alone = calibrate(m.samples, [], m.profiles, None, links_only=True)["link_classes"]["nvlink"]["bandwidth_Bps"]
     assert calibration_from_dict(out, "<p>").link_fit("nvlink", 2, 1).bandwidth_Bps == alone != 1e11
+
+
+def test_the_level_probe_keeps_the_pooled_curves_and_takes_the_probes_bandwidth():
+    pooled_part = {**_link(100e9, [4]), "latency_s": 7e-6, "call_floor_s": 2e-5}
+    base = {"schema": SCHEMA, "link_classes": {"nvlink": {**_link(100e9, [2, 4]),
+                                                          "by_world_size": {"4": pooled_part}}}}
+    probe = {"nvlink": {**_link(80e9, [4]), "latency_s": 3e-5, "call_floor_s": 9e-5}}
+    out, probed = recentre(base, probe, keep_shape=True)
+    assert probed == {("nvlink", "4")}
+    entry = out["link_classes"]["nvlink"]["by_world_size"]["4"]
+    assert entry["bandwidth_Bps"] == 80e9  # the probe's
+    assert (entry["latency_s"], entry["call_floor_s"]) == (7e-6, 2e-5)  # the pool's

@@ -229,9 +229,15 @@ def _per_part(entry: dict[str, Any], part_key: str, parts_key: str) -> dict[str,
     return {str(p): entry for p in parts}
 
 
-def recentre(base: dict[str, Any], probed_links: dict[str, Any]) -> tuple[dict[str, Any], set[tuple[str, str]]]:
+def recentre(base: dict[str, Any], probed_links: dict[str, Any], keep_shape: bool = False
+             ) -> tuple[dict[str, Any], set[tuple[str, str]]]:
     """``base`` with each (link class, GPUs per node) or (network, shape) the probe measured replaced by
-    the probe's fit; the DDP overheads stay the pooled ones. Returns the probed parts."""
+    the probe's fit; the DDP overheads stay the pooled ones. Returns the probed parts.
+
+    ``keep_shape``: only the probe's bandwidth replaces the pooled one, the pooled latencies and
+    protocol curves stay. One sweep's small sizes fit a latency structure far off the pool's (4 x H100
+    NVLink at caps 1 and 5 of a 64-layer model: 131 and 21 ms predicted against 30 and 40 measured on two
+    allocations, the pool 25 and 78); the bandwidth, set by the large sizes, is the allocation's level."""
     out = copy.deepcopy(base)
     links = out["link_classes"]
     probed: set[tuple[str, str]] = set()
@@ -247,7 +253,13 @@ def recentre(base: dict[str, Any], probed_links: dict[str, Any]) -> tuple[dict[s
         target = links[link_class]
         target.setdefault(key, {})
         for part, sub in parts.items():
-            target[key][part] = copy.deepcopy({k: v for k, v in sub.items() if k not in ("by_shape", "by_world_size")})
+            own = {k: v for k, v in sub.items() if k not in ("by_shape", "by_world_size")}
+            pooled = (base["link_classes"].get(link_class) or {})
+            pooled = (pooled.get(key) or {}).get(part, pooled)
+            if keep_shape and pooled and "bandwidth_Bps" in pooled:
+                own = {**{k: v for k, v in pooled.items() if k not in ("by_shape", "by_world_size")},
+                       "bandwidth_Bps": own["bandwidth_Bps"], "bandwidth_probed": True}
+            target[key][part] = copy.deepcopy(own)
             probed.add((link_class, part))
         # the parts the entry now has a fit of its own for (gaps.transfer_gaps reads them)
         listed = "shapes" if link_class == INTER_NODE_LINK_CLASS else "world_sizes"
@@ -310,6 +322,15 @@ class HeldOutRun:
     model_in_fit: bool  # the pooled DDP overheads of its class were fitted on this model
     step_sigma: float | None  # the fold calibration's noise for its class
     launch_sigma: float | None
+    level_s: float | None = None  # re-centred keeping the pooled link shape, the probe's bandwidth only
+
+    def predicted(self, mode: str) -> float | None:
+        """The prediction of one kind (``MODES``): the pooled calibration alone, re-centred on the
+        allocation's sweeps (links refitted), or re-centred on their bandwidth only."""
+        return {"pooled": self.pooled_s, "links": self.probed_s, "level": self.level_s}[mode]
+
+
+MODES = ("pooled", "links", "level")
 
 
 def _fold_key(held: Sequence[Allocation], training: Sequence[Allocation], per_group: int,
@@ -352,7 +373,14 @@ def predict_fold(
         if cache_dir else None
     if cache and os.path.isfile(cache):
         with open(cache, encoding="utf-8") as handle:
-            return [HeldOutRun(**row) for row in json.load(handle)["rows"]]
+            stored = json.load(handle)
+        rows = [HeldOutRun(**row) for row in stored["rows"]]
+        if "level" not in stored.get("modes", []):
+            # a fold cached before the bandwidth-only probe: its fit is kept, only that probe is predicted
+            rows = _with_level(rows, loaded, stored["calibration"])
+            stored["rows"], stored["modes"] = [asdict(r) for r in rows], list(MODES)
+            _write_json(cache, stored)
+        return rows
     plain = {a.name: [r for r in loaded[a.name].runs
                       if is_plain(r) and (link_classes is None or run_class(r) in link_classes)] for a in held}
     classes = {run_class(r) for runs in plain.values() for r in runs}
@@ -363,8 +391,10 @@ def predict_fold(
     rows = []
     for allocation in held:
         measured = loaded[allocation.name]
-        probed_data, probed = recentre(data, probe_links(measured))
+        links = probe_links(measured)
+        probed_data, probed = recentre(data, links)
         probed_cal = calibration_from_dict(probed_data, f"<pooled without {allocation.name}, probed>")
+        level_cal = calibration_from_dict(recentre(data, links, keep_shape=True)[0], f"<{allocation.name}, level>")
         for run in plain[allocation.name]:
             link_class = run_class(run)
             if link_class not in pooled.overheads or not _has_link(pooled, run):
@@ -372,23 +402,51 @@ def predict_fold(
                     log(f"{allocation.name}: {link_class} not in the pooled fit, not predicted")
                 continue
             row = predict_run(measured, run, pooled)
-            with_probe = predict_run(measured, run, probed_cal).predicted_s if probed_part(run) in probed else None
+            touched = probed_part(run) in probed
+            with_probe = predict_run(measured, run, probed_cal).predicted_s if touched else None
+            level = predict_run(measured, run, level_cal).predicted_s if touched else None
             noise = pooled.noise.get(link_class) or {}
             rows.append(HeldOutRun(
                 allocation=allocation.name, gpu=allocation.gpu, group=row.group, link_class=link_class,
                 model=row.model, world_size=row.world_size, nodes=row.nodes, bucket_cap_mb=row.bucket_cap_mb,
                 launch=row.launch, measured_s=row.measured_s, pooled_s=row.predicted_s, probed_s=with_probe,
                 model_in_fit=row.model in (pooled.overhead_models(link_class, row.world_size) or []),
-                step_sigma=noise.get("step_sigma"), launch_sigma=noise.get("launch_sigma"),
+                step_sigma=noise.get("step_sigma"), launch_sigma=noise.get("launch_sigma"), level_s=level,
             ))
     if cache:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        tmp = cache + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump({"held_out": sorted(names), "training": [a.name for a in training],
-                       "calibration": data, "rows": [asdict(r) for r in rows]}, handle)
-        os.replace(tmp, cache)
+        _write_json(cache, {"held_out": sorted(names), "training": [a.name for a in training], "modes": list(MODES),
+                            "calibration": data, "rows": [asdict(r) for r in rows]})
     return rows
+
+
+def _write_json(path: str, data: dict[str, Any]) -> None:
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path + ".tmp", "w", encoding="utf-8") as handle:
+        json.dump(data, handle)
+    os.replace(path + ".tmp", path)
+
+
+def _with_level(rows: list[HeldOutRun], loaded: dict[str, Measurements], data: dict[str, Any]) -> list[HeldOutRun]:
+    """``rows`` with the bandwidth-only probe predicted from the fold's stored calibration (rows are
+    matched to their runs by allocation, link class, model, GPUs, nodes, cap and measured step)."""
+    from dataclasses import replace
+
+    out = []
+    level_cals: dict[str, Any] = {}
+    for row in rows:
+        if row.probed_s is None:
+            out.append(row)
+            continue
+        measured = loaded[row.allocation]
+        if row.allocation not in level_cals:
+            level_cals[row.allocation] = calibration_from_dict(
+                recentre(data, probe_links(measured), keep_shape=True)[0], f"<{row.allocation}, level>")
+        run = next(r for r in measured.runs if is_plain(r) and run_class(r) == row.link_class
+                   and str(r["model"]) == row.model and int(r["world_size"]) == row.world_size
+                   and run_nodes(r) == row.nodes and float(r["bucket_cap_mb"]) == row.bucket_cap_mb
+                   and float(r["step_s_median"]) == row.measured_s)
+        out.append(replace(row, level_s=predict_run(measured, run, level_cals[row.allocation]).predicted_s))
+    return out
 
 
 def _has_link(calibration: Any, run: dict[str, Any]) -> bool:
@@ -433,23 +491,23 @@ def cross_validate_allocations(
 # --- what the held-out predictions say: errors, the spread between allocations, intervals -------------
 
 
-def log_error(row: HeldOutRun, probed: bool) -> float | None:
+def log_error(row: HeldOutRun, mode: str) -> float | None:
     """ln(measured / predicted) of one run (None: no prediction of that kind)."""
-    predicted = row.probed_s if probed else row.pooled_s
+    predicted = row.predicted(mode)
     return None if predicted is None else math.log(row.measured_s / predicted)
 
 
-def allocation_offsets(rows: Sequence[HeldOutRun], probed: bool) -> dict[tuple[str, str], dict[str, float]]:
+def allocation_offsets(rows: Sequence[HeldOutRun], mode: str) -> dict[tuple[str, str], dict[str, float]]:
     """Per (GPU, link class), each allocation's offset: the mean ln(measured / predicted) of its runs."""
     acc: dict[tuple[str, str], dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        e = log_error(row, probed)
+        e = log_error(row, mode)
         if e is not None:
             acc[(row.gpu, row.link_class)][row.allocation].append(e)
     return {k: {a: sum(v) / len(v) for a, v in by.items()} for k, by in acc.items()}
 
 
-def spread_sigmas(rows: Sequence[HeldOutRun], probed: bool, leave_out: str | None = None
+def spread_sigmas(rows: Sequence[HeldOutRun], mode: str, leave_out: str | None = None
                   ) -> dict[tuple[str, str], tuple[float | None, float | None, int]]:
     """Per (GPU, link class): the allocation spread (root mean square of the allocations' offsets:
     the prediction is centred on the pool, so a common bias counts too), the residual spread of runs
@@ -457,10 +515,10 @@ def spread_sigmas(rows: Sequence[HeldOutRun], probed: bool, leave_out: str | Non
     how many allocations gave them; ``leave_out``'s own runs are not used (the interval of an
     allocation is built from the others only)."""
     kept = [r for r in rows if r.allocation != leave_out]
-    offsets = allocation_offsets(kept, probed)
+    offsets = allocation_offsets(kept, mode)
     residuals: dict[tuple[str, str], list[float]] = defaultdict(list)
     for row in kept:
-        e = log_error(row, probed)
+        e = log_error(row, mode)
         if e is not None:
             residuals[(row.gpu, row.link_class)].append(e - offsets[(row.gpu, row.link_class)][row.allocation])
     out: dict[tuple[str, str], tuple[float | None, float | None, int]] = {}
@@ -476,7 +534,7 @@ def spread_sigmas(rows: Sequence[HeldOutRun], probed: bool, leave_out: str | Non
 class GroupSummary:
     gpu: str
     group: str
-    probed: bool
+    mode: str
     runs: int
     allocations: int
     mean_abs_pct: float
@@ -498,34 +556,34 @@ def interval_sigma(row: HeldOutRun, spreads: dict[tuple[str, str], tuple[float |
     return math.sqrt((row.step_sigma or 0.0) ** 2 + alloc ** 2 + within ** 2)
 
 
-def summarise(rows: Sequence[HeldOutRun], probed: bool) -> list[GroupSummary]:
+def summarise(rows: Sequence[HeldOutRun], mode: str) -> list[GroupSummary]:
     """Per (GPU, report group): errors, and the share of runs inside an interval whose spreads were
     measured on the other allocations only."""
     from statistics import median
 
     from ddpsim.spread import Z90
 
-    spreads_without = {a: spread_sigmas(rows, probed, leave_out=a) for a in {r.allocation for r in rows}}
+    spreads_without = {a: spread_sigmas(rows, mode, leave_out=a) for a in {r.allocation for r in rows}}
     groups: dict[tuple[str, str], list[HeldOutRun]] = defaultdict(list)
     for row in rows:
-        if log_error(row, probed) is not None:
+        if log_error(row, mode) is not None:
             groups[(row.gpu, row.group)].append(row)
     out = []
     for (gpu, group), members in sorted(groups.items()):
-        errors = [100 * ((r.probed_s if probed else r.pooled_s) / r.measured_s - 1) for r in members]  # type: ignore[operator]
+        errors = [100 * ((r.predicted(mode) or math.nan) / r.measured_s - 1) for r in members]
         inside, widths = 0, []
         for row in members:
             sigma = interval_sigma(row, spreads_without[row.allocation])
             if sigma is None:
                 continue
-            predicted = row.probed_s if probed else row.pooled_s
+            predicted = row.predicted(mode)
             assert predicted is not None
             low, high = predicted * math.exp(-Z90 * sigma), predicted * math.exp(Z90 * sigma)
             inside += low <= row.measured_s <= high
             widths.append(100 * (high - low) / 2 / predicted)
         abs_sorted = sorted(abs(e) for e in errors)
         out.append(GroupSummary(
-            gpu=gpu, group=group, probed=probed, runs=len(members),
+            gpu=gpu, group=group, mode=mode, runs=len(members),
             allocations=len({r.allocation for r in members}),
             mean_abs_pct=sum(abs(e) for e in errors) / len(errors), signed_pct=sum(errors) / len(errors),
             max_abs_pct=max(abs(e) for e in errors), inside=inside, with_interval=len(widths),
@@ -535,9 +593,10 @@ def summarise(rows: Sequence[HeldOutRun], probed: bool) -> list[GroupSummary]:
     return out
 
 
-def allocation_spread_entry(rows: Sequence[HeldOutRun], gpu: str) -> dict[str, Any]:
-    """The calibration file's ``allocation_spread`` for one GPU kind, from leave-one-allocation-out."""
-    plain, probed = spread_sigmas(rows, False), spread_sigmas(rows, True)
+def allocation_spread_entry(rows: Sequence[HeldOutRun], gpu: str, probe_mode: str = "level") -> dict[str, Any]:
+    """The calibration file's ``allocation_spread`` for one GPU kind, from leave-one-allocation-out;
+    after the probe of kind ``probe_mode``."""
+    plain, probed = spread_sigmas(rows, "pooled"), spread_sigmas(rows, probe_mode)
     out = {}
     for (kind, link_class), (alloc, within, _n) in sorted(plain.items()):
         if kind != gpu or alloc is None:
@@ -552,8 +611,10 @@ def allocation_spread_entry(rows: Sequence[HeldOutRun], gpu: str) -> dict[str, A
             "allocations_probed": after[2],
             "how": "leave one allocation out: each allocation's mean ln(measured/predicted) over its plain runs, "
                    "root mean square over allocations (sigma); the runs' spread around their allocation's mean "
-                   "(residual_sigma, holds the launch noise); after_probe: the same with the allocation's link "
-                   "classes refitted on its own sweeps",
+                   "(residual_sigma, holds the launch noise); after_probe: the same re-centred on the allocation's "
+                   "own sweeps (" + ("their bandwidth only, the pooled latencies and curves kept" if probe_mode == "level"
+                                     else "its link classes refitted") + ")",
+            "probe": probe_mode,
         }
     return out
 
