@@ -67,8 +67,8 @@ def _summary_line(s: GroupSummary) -> str:
 
 def _offset_lines(rows: list[HeldOutRun]) -> list[str]:
     lines = ["Allocation offsets: mean ln(measured/predicted) per allocation and link class, as % "
-             "(pooled alone -> re-centred on the probe's bandwidth)"]
-    plain, probed = allocation_offsets(rows, "pooled"), allocation_offsets(rows, "level")
+             "(pooled alone -> with the probe)"]
+    plain, probed = allocation_offsets(rows, "pooled"), allocation_offsets(rows, "probe")
     for key in sorted(plain):
         cells = []
         for allocation, value in sorted(plain[key].items()):
@@ -93,9 +93,9 @@ def _model_lines(rows: list[HeldOutRun]) -> list[str]:
 
     groups: dict[tuple[str, str, str], list[float]] = defaultdict(list)
     for r in rows:
-        predicted = r.level_s if r.level_s is not None else r.pooled_s
+        predicted = r.predicted("probe") or r.pooled_s
         groups[(r.gpu, r.link_class, r.model)].append(math.log(r.measured_s / predicted))
-    lines = ["Per model (re-centred on the probe's bandwidth where there is one): mean ln(measured/predicted) % and its spread % over "
+    lines = ["Per model (with the probe where there is one): mean ln(measured/predicted) % and its spread % over "
              "runs of every allocation (positive: ran slower than predicted)"]
     for (gpu, link_class, model), errors in sorted(groups.items()):
         mean = sum(errors) / len(errors)
@@ -145,10 +145,15 @@ def main(argv: list[str] | None = None) -> int:
           "in the overhead fit; every sweep in the link fit). probe pooled: the pooled calibration alone; links: "
           "its link classes refitted on the allocation's own sweeps (calibrate --links-only); level: the pooled "
           "link curves kept, their bandwidth taken from the allocation's own sweeps (runs whose link part the "
-          "allocation did not sweep are left out of the links and level lines). Intervals: p10..p90 from the step "
+          "allocation did not sweep are left out of the links and level lines); probe: what "
+          "pool.probe_calibration ships, level for one-node classes, links for the network. Intervals: p10..p90 "
+          "from the step "
           "noise, the allocation spread and the residual spread measured on the other allocations (this one's "
           "runs never used); p80|e|: the half-width an honest interval needs.")
     print("\n".join(_summary_lines(rows, "All plain runs:")))
+    swept = [r for r in rows if r.probed_s is not None]
+    print("\n".join(_summary_lines(swept, "The same, on the runs whose link part their allocation swept (the pool "
+                                           "alone and each probe on the same runs):")))
     seen = [r for r in rows if r.model_in_fit]
     if len(seen) < len(rows):
         print("\n".join(_summary_lines(seen, "Runs of models the pooled overheads were fitted on:")))
