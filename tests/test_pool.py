@@ -300,3 +300,28 @@ def test_the_level_probe_keeps_the_pooled_curves_and_takes_the_probes_bandwidth(
     entry = out["link_classes"]["nvlink"]["by_world_size"]["4"]
     assert entry["bandwidth_Bps"] == 80e9  # the probe's
     assert (entry["latency_s"], entry["call_floor_s"]) == (7e-6, 2e-5)  # the pool's
+
+
+def test_leaving_a_class_out_one_allocation_at_a_time_never_fits_on_the_held_out_one(tmp_path):
+    from ddpsim.calibration.pool import cross_validate_allocations
+
+    def allocations(root, doubled):
+        root.mkdir()
+        made = []
+        for name in ("a", "b", "c"):
+            path = _copy(root, "h100x2-2026-11-26", name, scale_runs=2.0 if name == doubled else 1.0)
+            made.append(Allocation(name, "H100-SXM", (path,)))
+        return made
+
+    plain = cross_validate_allocations(allocations(tmp_path / "plain", None), folds=2, loo_classes=("nvlink",))
+    edited = cross_validate_allocations(allocations(tmp_path / "edited", "c"), folds=2, loo_classes=("nvlink",))
+    # every allocation's two runs (resnet50 at caps 5 and 50), once each
+    assert sorted(r.allocation for r in plain) == ["a", "a", "b", "b", "c", "c"]
+
+    def by_run(rows):
+        return {(r.allocation, r.bucket_cap_mb): r.pooled_s for r in rows}
+
+    before, after = by_run(plain), by_run(edited)
+    # c's runs doubled: c's own predictions do not move (it was never in its fit), a's and b's do
+    assert all(after[k] == before[k] for k in before if k[0] == "c")
+    assert all(after[k] != before[k] for k in before if k[0] != "c")
