@@ -105,6 +105,76 @@ def _model_lines(rows: list[HeldOutRun]) -> list[str]:
     return lines
 
 
+def _baseline_rows(allocations: list[Allocation], path: str, log) -> list[tuple[HeldOutRun, bool | None]]:
+    """The same held-out runs predicted by one allocation's shipped calibration (``path``), the
+    allocations whose folders it was fitted on left out: what a user had before pooling."""
+    from ddpsim.calibration.calibrate import is_plain
+    from ddpsim.calibration.file import read_calibration
+    from ddpsim.calibration.measured_scenarios import run_class
+    from ddpsim.calibration.validate import predict_run
+
+    calibration = read_calibration(path)
+    seen = os.path.basename(os.path.normpath(calibration.data_dir or ""))
+    rows: list[HeldOutRun] = []
+    inside: list[bool | None] = []
+    for a in allocations:
+        if seen in {os.path.basename(f) for f in a.folders}:
+            continue
+        measured = load_measurements(a.folders)
+        for run in measured.runs:
+            link_class = run_class(run)
+            world, nodes = int(run["world_size"]), int(run.get("nodes") or 1)
+            if not is_plain(run) or link_class not in calibration.overheads or (
+                    nodes > 1 and calibration.link_fit("net", world, nodes) is None) or (
+                    nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None):
+                continue
+            row = predict_run(measured, run, calibration)
+            inside.append(row.inside_interval)
+            rows.append(HeldOutRun(
+                allocation=a.name, gpu=a.gpu, group=row.group, link_class=link_class, model=row.model,
+                world_size=row.world_size, nodes=row.nodes, bucket_cap_mb=row.bucket_cap_mb, launch=row.launch,
+                measured_s=row.measured_s, pooled_s=row.predicted_s, probed_s=None, model_in_fit=row.model in (
+                    calibration.overhead_models(link_class, row.world_size) or []),
+                step_sigma=None, launch_sigma=None))
+    log(f"{path}: {len(rows)} runs of {len({r.allocation for r in rows})} allocations it was not fitted on")
+    return list(zip(rows, inside, strict=True))
+
+
+def _baseline_lines(pairs: list, rows: list[HeldOutRun], path: str) -> list[str]:
+    """The one-allocation file beside the pooled calibration and the probe, on the same runs: those of
+    the file's fitted models on every other allocation, each predicted by the pooled fit without it."""
+    from collections import defaultdict
+
+    def key(r: HeldOutRun) -> tuple:
+        return r.allocation, r.link_class, r.model, r.world_size, r.nodes, r.bucket_cap_mb, r.measured_s
+
+    ours = {key(r): r for r in rows}
+    groups: dict[tuple[str, str], list] = defaultdict(list)
+    for row, inside in pairs:
+        if row.model_in_fit and key(row) in ours:
+            groups[(row.gpu, row.group)].append((row, inside, ours[key(row)]))
+
+    def stats(errors: list[float]) -> str:
+        if not errors:
+            return f"{'-':>19}"
+        return f"{sum(map(abs, errors)) / len(errors):5.1f} {sum(errors) / len(errors):+6.1f} {max(map(abs, errors)):6.1f}"
+
+    lines = [f"Before pooling: {path} alone (fitted on one allocation, left out here), on the runs of its fitted "
+             "models that the cross-validation above predicted: mean|e| signed max (%), and inside its own "
+             "p10..p90 (its one allocation's noise); beside it the pooled fit and the probe on the same runs",
+             f"{'GPU':9} {'link':10} {'runs':>4} {'one allocation':>19} {'in p10..p90':>11} {'pooled':>19} "
+             f"{'probe (runs)':>26}"]
+    for (gpu, group), members in sorted(groups.items()):
+        held = [i for _, i, _ in members if i is not None]
+        probed = [100 * (p / o.measured_s - 1) for _, _, o in members if (p := o.predicted("probe")) is not None]
+        lines.append(
+            f"{gpu:9} {group:10} {len(members):>4} {stats([100 * (r.pooled_s / r.measured_s - 1) for r, _, _ in members])} "
+            f"{f'{sum(held)}/{len(held)}' if held else '-':>11} "
+            f"{stats([100 * (o.pooled_s / o.measured_s - 1) for _, _, o in members])} "
+            f"{stats(probed)} ({len(probed)})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default="validation/data", help="folder of campaign folders")
@@ -116,6 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loo-class", action="append", default=[], metavar="CLASS",
                         help="this link class's runs by leaving one allocation out, fitting that class only (for a "
                              "class measured on so few allocations that a part holds all of them)")
+    parser.add_argument("--baseline", action="append", default=[], metavar="FILE",
+                        help="also predict the held-out runs with this one-allocation calibration (its own "
+                             "allocation left out), for comparison")
     parser.add_argument("--fit-only", action="store_true",
                         help="only the pooled fit on every allocation (cached for a later --write-pooled run)")
     parser.add_argument("--write-pooled", metavar="DIR",
@@ -159,6 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(_summary_lines(seen, "Runs of models the pooled overheads were fitted on:")))
         unseen = [r for r in rows if not r.model_in_fit]
         print("\n".join(_summary_lines(unseen, "Runs of models the pooled overheads were NOT fitted on:")))
+    for path in args.baseline:
+        print("\n".join(_baseline_lines(_baseline_rows(allocations, path, log), rows, path)))
     print("\n".join(_offset_lines(rows)))
     print("\n".join(_model_lines(rows)))
     if args.write_pooled:
