@@ -80,12 +80,21 @@ class Calibration:
     calibration_subset: dict[str, Any] = field(compare=False, repr=False)
     data_dir: str | None = None
     noise: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # a pooled calibration's measured spread between allocations per link class (pool.py); absent in
+    # files fitted on one allocation, whose interval is that allocation's noise alone
+    allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
-        launch-to-launch spreads of this link class (lognormal sigmas, added in quadrature)."""
+        launch-to-launch spreads of this link class and, in a pooled calibration, the spread of the
+        allocations' offsets and of the runs around them (lognormal sigmas, added in quadrature)."""
         entry = self.noise.get(link_class) or {}
-        sigmas = [entry.get("step_sigma"), entry.get("launch_sigma")]
+        spread = self.allocation_spread.get(link_class) or {}
+        # the runs' spread around their allocation's offset was measured over launches: it holds the
+        # launch noise, and replaces it
+        residual = spread.get("residual_sigma")
+        sigmas = [entry.get("step_sigma"), entry.get("launch_sigma") if residual is None else residual,
+                  spread.get("sigma")]
         if all(s is None for s in sigmas):
             return None
         sigma = math.sqrt(sum(s * s for s in sigmas if s is not None))
@@ -174,7 +183,20 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         calibration_subset=subset if isinstance(subset, dict) else {},
         data_dir=data_dir if isinstance(data_dir, str) else None,
         noise=_noise(data.get("noise") or {}, source),
+        allocation_spread=_allocation_spread(data.get("allocation_spread") or {}, source),
     )
+
+
+def _allocation_spread(data: Any, source: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="allocation_spread")
+    for name, entry in data.items():
+        if not isinstance(entry, dict):
+            raise ScenarioError("expected a mapping", file=source, field=f"allocation_spread.{name}")
+        for key in ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe"):
+            if entry.get(key) is not None:
+                _number(entry, key, source, f"allocation_spread.{name}")
+    return data
 
 
 def _noise(data: Any, source: str) -> dict[str, Any]:

@@ -158,6 +158,10 @@ def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir:
     if caps != "all" and float(run["bucket_cap_mb"]) not in {float(c) for c in caps}:
         return False
     source = run.get("_source")
+    folders = subset.get("folders")
+    if isinstance(folders, list) and source is not None:
+        # a pooled calibration (pool.py) names the campaign folders it was fitted on
+        return os.path.basename(os.path.dirname(source)) in folders
     if data_dir is None or source is None:
         return True
     return os.path.commonpath([os.path.abspath(data_dir), source]) == os.path.abspath(data_dir)
