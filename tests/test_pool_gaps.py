@@ -61,7 +61,7 @@ def test_tree_sweeps_fitted_from_named_rows_raise_no_tree_gap(tmp_path):
 def test_a_network_without_the_endpoint_probe_says_so(tmp_path):
     m, links = _links(_campaign(tmp_path, runs=lambda r: False))  # this campaign has no netprobe.jsonl
     probe = [g for g in sweep_gaps(m.samples, links) if "endpoint probe" in g.what]
-    assert len(probe) == 1 and "--net-probe" in probe[0].how
+    assert len(probe) == 1 and "network endpoint probe" in probe[0].how
 
 
 def test_runs_at_no_calibration_cap_are_a_fatal_gap_naming_their_caps(tmp_path):

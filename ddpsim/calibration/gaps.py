@@ -15,12 +15,12 @@ from typing import Any
 from ddpsim.calibration.calibrate import is_plain
 from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.calibration.measurements import AllReduceSample
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 
-HOW_TO_SWEEP = "python -m validation.harness.campaign --shapes {shape} --transports {transport} (all-reduce sweeps)"
+HOW_TO_SWEEP = "ddpsim measure --plan probe --shapes {shape} --link-classes {transport} (all-reduce sweeps)"
 HOW_TO_LOG = ("keep the campaign's logs/ folder (the harness writes NCCL's INFO log per launch, "
               "logs/nccl_<launch>_r0.trimmed.txt), which names the protocol of every row")
-HOW_TO_PROBE = "python -m validation.harness.campaign --shapes {shape} --net-probe (the network endpoint probe)"
+HOW_TO_PROBE = "ddpsim measure --plan probe --shapes {shape} (multi-node shapes run the network endpoint probe)"
 
 
 @dataclass(frozen=True)

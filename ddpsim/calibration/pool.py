@@ -33,7 +33,7 @@ from ddpsim.calibration.measured_scenarios import catalog_gpu, run_class, run_no
 from ddpsim.calibration.measurements import Profiles, campaign_of, find_data_files
 from ddpsim.calibration.validate import predict_run
 from ddpsim.errors import ScenarioError
-from ddpsim.topology.link_kinds import INTER_NODE_LINK_CLASS
+from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 
 # the plain DDP runs per (allocation, link class, GPUs, nodes) a pooled fit takes: the overhead fit
 # simulates every run about twenty times per term, so a pooled fit over twenty allocations with all

@@ -54,6 +54,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     from ddpsim.calibration.fit import fit_noise, write_calibration
     from ddpsim.calibration.measurements import Profiles
 
+    if args.recentre:
+        return _recentre(args)
     given = args.calibration_caps is not None
     if given and args.links_only:
         raise ScenarioError("selects the DDP runs the overheads are fitted on, and --links-only fits none: drop one",
@@ -89,6 +91,15 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError("no DDP run at the calibration caps has its links measured (allreduce.jsonl sweeps of "
                             "its transport and shape) to fit the overheads on; add --links-only to fit the links alone",
                             file=args.data_dir, field="--calibration-caps")
+    from ddpsim.calibration.gaps import calibration_gaps
+
+    # what the data could not set, named with how to measure it (issue #24: calibrate never guesses silently);
+    # a fatal one would answer from a default where the data should have set it: nothing is written
+    gaps = calibration_gaps(samples, measured.runs if measured else [], data, caps, args.links_only)
+    fatal = [gap for gap in gaps if gap.fatal]
+    if fatal:
+        raise ScenarioError(str(fatal[0]) + (f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""),
+                            file=args.data_dir)
     noise_source = (f"{args.data_dir}: every DDP run (p10/p90 over steps; repeat launches of the same configuration)"
                     if args.data_dir else None)
     if args.noise_from:
@@ -115,6 +126,43 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
                   + (f", fitted {fitted:.2f}" if fitted is not None else ""))
     for warning in fit_warnings(data):
         print(f"warning: {warning}", file=sys.stderr)
+    for gap in gaps:
+        print(f"warning: {gap}", file=sys.stderr)
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+def _recentre(args: argparse.Namespace) -> int:
+    """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
+    import json
+    import tempfile
+
+    from ddpsim.calibration.file import calibration_from_dict
+    from ddpsim.calibration.pool import probe_calibration
+    from ddpsim.jsonfile import read_json_object
+
+    for option, on in (("--calibration-caps", args.calibration_caps is not None), ("--links-only", args.links_only),
+                       ("--nccl-tests", bool(args.nccl_tests)), ("--noise-from", bool(args.noise_from))):
+        if on:
+            raise ScenarioError("--recentre keeps the pooled fit's overheads and noise and takes only the probe's "
+                                "sweeps: drop it", field=option)
+    if not args.data_dir:
+        raise ScenarioError("--recentre needs DATA_DIR, the probe of the allocation (ddpsim measure --plan probe)",
+                            field="data_dir")
+    _check_data_dirs([args.data_dir])
+    base = read_json_object(args.recentre, "calibration", field="calibration")
+    calibration_from_dict(base, args.recentre)  # a bad base file stops here, named
+    data, notes = probe_calibration(base, [args.data_dir], base_source=args.recentre)
+    calibration_from_dict(data, args.out)  # what is written reads back
+    folder = os.path.dirname(os.path.abspath(args.out))
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".ddpsim-", suffix=".json", delete=False) as handle:
+        json.dump(data, handle, indent=1)
+    os.replace(handle.name, args.out)
+    probed = data.get("probed_from", {}).get("parts", [])
+    print(f"re-centred {args.recentre} on the probe {args.data_dir}: {', '.join(probed) or 'nothing'}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
     print(f"\nwrote {args.out}")
     return 0
 
@@ -247,6 +295,9 @@ def register(sub: Any) -> None:
     cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
                      help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
+    cal.add_argument("--recentre", metavar="FILE",
+                     help="re-centre FILE (a pooled calibration, e.g. validation/calibration-h100-pooled.json) on "
+                          "DATA_DIR's all-reduce sweeps: the probe of a fresh allocation (ddpsim measure --plan probe)")
     cal.add_argument("--noise-from", action="append", default=[], metavar="DIR",
                      help="campaign folders whose DDP runs give the step's measured spread (p10/p90 of 'ddpsim run') "
                           "instead of DATA_DIR's: e.g. the same plan on several allocations (repeatable)")

@@ -139,8 +139,9 @@ def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[
         return [f"  ddpsim calibrate {out} --out {cal}   (fits the DDP overheads on the runs at caps 5 and 50)",
                 f"  ddpsim validate {out} --calibration {cal}   (predicts the runs the fit left out)",
                 f"  ddpsim validate {out} --cross model   (each model predicted by a fit on the others)"]
-    if have_sweeps:  # the probe: links only, the DDP overheads come from a calibration of other hosts
-        return [f"  ddpsim calibrate {out} --links-only --out {cal}   (the links of this allocation)"]
+    if have_sweeps:  # the probe: this allocation's links on a calibration pooled over other allocations
+        return [f"  ddpsim calibrate {out} --recentre POOLED.json --out {cal}   (POOLED: the repository's "
+                "validation/calibration-h100-pooled.json or -h200-pooled.json, or your own)"]
     stems = ", ".join(profiled) or "none"
     return [f"  profiles only (one GPU, or no sweep ran): use one as `workload.model: profile:{out}/profiles/"
             f"<model>.json` in a scenario (profiled: {stems}); calibrate needs a host of 2 or more GPUs"]
