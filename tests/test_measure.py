@@ -181,7 +181,7 @@ def test_a_dry_run_measures_a_user_model_resumes_and_refuses_another_plan(tmp_pa
     assert all(r["status"] == "ok" for r in runs), [r.get("error") for r in runs]
     profile_json = json.loads(next((out / "profiles").glob("*.json")).read_text())
     assert profile_json["model"] == spec and profile_json["batch_size"] == 4
-    assert f"{spec}: profile ok; socket" in first.stdout and "ddpsim calibrate" in first.stdout
+    assert f"{spec}: profile ok; socket" in first.stdout and "a dry run on CPU slots" in first.stdout
     n_launches = len((out / "launches.jsonl").read_text().splitlines())
 
     again = _measure(tmp_path, "--plan", "quick", "--model", spec, "--budget", "150s", env_path=str(tmp_path))
@@ -255,3 +255,19 @@ def test_the_sharded_plan_measures_every_strategy_and_resumes(tmp_path):
     again = _measure(tmp_path, "--plan", "sharded", "--model", "llama-tiny", "--budget", "150s")
     assert again.returncode == 0 and "socket: done in an earlier run, skipped" in again.stdout
     assert len((out / "fsdp_runs.jsonl").read_text().splitlines()) == 3 and "profiles of" not in again.stdout
+
+
+def test_a_campaign_whose_configurations_fail_exits_1(tmp_path, monkeypatch):
+    # the campaign's exit code says when configurations failed (it said 0 "done" with all of them failed)
+    from ddpsim.measure import campaign
+
+    out = tmp_path / "c"
+    (out).mkdir()
+    campaign.append_jsonl(str(out / "launches.jsonl"), {"launch_id": "socket_w2_0", "status": "ok"})
+    campaign.append_jsonl(str(out / "ddp_runs.jsonl"), {"launch_id": "socket_w2_0", "status": "failed"})
+    campaign.append_jsonl(str(out / "ddp_runs.jsonl"), {"launch_id": "socket_w2_0", "status": "ok"})
+    campaign.append_jsonl(str(out / "ddp_runs.jsonl"), {"launch_id": "older_w2_0", "status": "failed"})
+    assert campaign.failures_of(str(out), {"socket_w2_0"}) == 1
+    campaign.append_jsonl(str(out / "launches.jsonl"), {"launch_id": "shm_w2_0", "status": "timeout"})
+    assert campaign.failures_of(str(out), {"socket_w2_0", "shm_w2_0"}) == 2
+    assert campaign.failures_of(str(out), set()) == 0

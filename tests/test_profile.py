@@ -61,6 +61,8 @@ def test_profile_becomes_a_measured_workload(tmp_path):
     (lambda d: d["params"][1].pop("name"), "params[1].name", "missing"),
     (lambda d: d["params"][2].__setitem__("dtype", "int8"), "params[2].dtype", "float32"),
     (lambda d: d["params"][0].__setitem__("grad_ready_s", -1), "params[0].grad_ready_s", ">= 0"),
+    # a gradient ready 10 s after a backward of milliseconds would run a 10 s step without a word
+    (lambda d: d["params"][0].__setitem__("grad_ready_s", 10.0), "params[0].grad_ready_s", "after the backward ends"),
     (lambda d: d["params"][0].__setitem__("ready_order", 1), "params[4].ready_order", "also the ready_order of params[0]"),
     (lambda d: d.__setitem__("params", []), "params", "at least one"),
     (lambda d: d["params"].__setitem__(2, 7), "params[2]", "object"),

@@ -213,6 +213,15 @@ def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap,
     return out
 
 
+def failures_of(out, launch_ids):
+    """Launches of ``launch_ids`` that did not end ok, and DDP configurations of them recorded as failed."""
+    launches = [r for r in read_jsonl(os.path.join(out, "launches.jsonl"))
+                if r.get("launch_id") in launch_ids and r.get("status") != "ok"]
+    runs = [r for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
+            if r.get("launch_id") in launch_ids and r.get("status") == "failed"]
+    return len(launches) + len(runs)
+
+
 def done_launches(out):
     """(kind, transport, world size, nodes) of the launches in DIR/launches.jsonl that ended ok."""
     return {(r.get("kind"), r.get("transport"), r.get("world_size"), r.get("nodes"))
@@ -445,6 +454,7 @@ def main(argv=None):
     if a.batch_sizes:
         common_args += ["--batch-sizes", a.batch_sizes]
     done = done_launches(out) if a.resume else set()
+    ran: set[str] = set()  # launch ids of this invocation
     for i, (kind, tr, (N, G), n, wgt) in enumerate(launches):
         W = N * G
         if (kind, tr, W, N) in done:
@@ -528,7 +538,9 @@ def main(argv=None):
                 cmd += ["--algos", a.algos,
                         "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget))]
                 if a.quick or a.cpu_slots:
-                    cmd += ["--allreduce-max-bytes", str(1 << 20 if a.quick else 1 << 30)]
+                    # a quick sweep still leaves its latency floor (calibrate refuses one that stops on it: 1 MiB
+                    # did on a CPU dry run); on CPU slots 1 MiB keeps the dry run short
+                    cmd += ["--allreduce-max-bytes", str(1 << 20 if a.cpu_slots else 1 << 28)]
             cmd += ["--nosync-steps", str(max(3, min(10, int(st * 0.5))))]
             if a.quick:
                 cmd += ["--quick", "--warmup", "3"]
@@ -537,6 +549,7 @@ def main(argv=None):
               f"{time.time() - t0:.0f} s gone, {remaining:.0f} s of the budget left", flush=True)
         print(f"[campaign]     {' '.join(cmd[2:])}", flush=True)
         status, rc, wall = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
+        ran.add(lid)
         logtail = tail(os.path.join(out, "logs", lid + ".log"))
         append_jsonl(os.path.join(out, "launches.jsonl"), {
             "launch_id": lid, "kind": kind, "transport": tr, "world_size": W, "nodes": N, "gpus_per_node": G,
@@ -572,7 +585,11 @@ def main(argv=None):
     pack(out, a.pack_to)
     print(summary(out), flush=True)
     print(f"[campaign] done in {time.time() - t0:.0f}s -> {os.path.join(out, 'campaign.tar.gz')}", flush=True)
-    return 0
+    failed = failures_of(out, ran)
+    if failed:
+        print(f"[campaign] {failed} launches or configurations failed (exit 1): see the records' errors and logs/",
+              flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ def _write_json_atomic(path: str, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def summary_lines(out: str, models: list[str]) -> list[str]:
+def summary_lines(out: str, models: list[str], dry_run: bool = False) -> list[str]:
     """Per model and link class: DDP runs ok of planned; profiles; all-reduce sweeps; failures."""
     runs = read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
     sweeps = read_jsonl(os.path.join(out, "allreduce.jsonl"))
@@ -128,6 +128,9 @@ def summary_lines(out: str, models: list[str]) -> list[str]:
         last = str(bad[-1].get("error") or "").strip().splitlines()[-1:] or [""]
         lines.append(f"  {len(bad)} DDP runs failed; the last: {bad[-1].get('model')} cap "
                      f"{bad[-1].get('bucket_cap_mb')}: {last[0][:300]}")
+    if dry_run:
+        return lines + ["", "a dry run on CPU slots: it checked the plan and the models, not a GPU; calibrate and "
+                        "validate refuse its records (no GPU of the catalog measured them)"]
     lines += ["", "next:"] + _next_commands(out, bool(runs), bool(sweeps), sorted(profiled))
     return lines
 
@@ -202,10 +205,8 @@ def run(a: argparse.Namespace) -> int:
             print(line, flush=True)
         print(f"ddpsim measure: done in {time.time() - t0:.0f} s -> {out}", flush=True)
         return rc
-    rc = campaign.main(argv_c)
-    if rc != 0:
-        return rc
-    for line in summary_lines(out, models):
+    rc = campaign.main(argv_c)  # 1: some launch or configuration failed (the summary says which)
+    for line in summary_lines(out, models, dry_run=bool(a.cpu_slots)):
         print(line, flush=True)
     print(f"ddpsim measure: done in {time.time() - t0:.0f} s -> {out}", flush=True)
-    return 0
+    return rc

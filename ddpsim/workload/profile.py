@@ -132,6 +132,12 @@ def _concurrent_how(root: _Fields) -> str:
     return f"rank {rank} of {ranks} GPUs profiled at once, the slowest"
 
 
+# how far past backward_s a gradient may be ready before the file is refused: every committed profile ends
+# at or before it (the largest ratio over them is 0.99993)
+READY_SLACK = 1.25
+READY_SLACK_S = 1e-3
+
+
 def load_profile(path: str) -> Workload:
     """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
     (``file=path``, ``field="params[3].numel"``)."""
@@ -182,6 +188,10 @@ def load_profile(path: str) -> Workload:
             seen_rank[rank] = i
             fired.append((rank, name))
         if t is not None:
+            # the harness scales readiness to end where the clean backward ends; well past it is a broken file
+            if t > READY_SLACK * backward_s + READY_SLACK_S:
+                raise rec.error("grad_ready_s", f"{t:g} s is after the backward ends (backward_s {backward_s:g} s): "
+                                "a gradient is ready during its backward; re-measure the profile")
             ready_s[name] = t
         tensors.append(ParamTensor(name, numel, dtype))
 
