@@ -173,7 +173,8 @@ def test_bad_measure_arguments_exit_2_and_write_nothing(tmp_path, extra, message
 
 def test_a_dry_run_measures_a_user_model_resumes_and_refuses_another_plan(tmp_path, user_module):
     spec = f"{user_module}:on_cpu_always@batch=4"
-    first = _measure(tmp_path, "--plan", "quick", "--model", spec, "--budget", "150s", env_path=str(tmp_path))
+    args = ("--plan", "quick", "--model", spec, "--budget", "300s")
+    first = _measure(tmp_path, *args, env_path=str(tmp_path))
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     out = tmp_path / "m"
     runs = [json.loads(x) for x in (out / "ddp_runs.jsonl").read_text().splitlines()]
@@ -182,13 +183,16 @@ def test_a_dry_run_measures_a_user_model_resumes_and_refuses_another_plan(tmp_pa
     profile_json = json.loads(next((out / "profiles").glob("*.json")).read_text())
     assert profile_json["model"] == spec and profile_json["batch_size"] == 4
     assert f"{spec}: profile ok; socket" in first.stdout and "a dry run on CPU slots" in first.stdout
-    n_launches = len((out / "launches.jsonl").read_text().splitlines())
+    launches = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()]
+    ended_ok = {(r["kind"], r["transport"]) for r in launches if r["status"] == "ok"}
+    assert ended_ok == {("profile", "none"), ("sweep", "socket")}
 
-    again = _measure(tmp_path, "--plan", "quick", "--model", spec, "--budget", "150s", env_path=str(tmp_path))
+    again = _measure(tmp_path, *args, env_path=str(tmp_path))
     assert again.returncode == 0 and "resuming" in again.stdout and "done in an earlier run, skipped" in again.stdout
-    assert len((out / "launches.jsonl").read_text().splitlines()) == n_launches  # nothing ran twice
+    rerun = [json.loads(x) for x in (out / "launches.jsonl").read_text().splitlines()][len(launches):]
+    assert not [r for r in rerun if (r["kind"], r["transport"]) in ended_ok]  # nothing that ended ok ran twice
 
-    other = _measure(tmp_path, "--plan", "probe", "--model", spec, "--budget", "150s", env_path=str(tmp_path))
+    other = _measure(tmp_path, "--plan", "probe", "--model", spec, "--budget", "300s", env_path=str(tmp_path))
     assert other.returncode == 2 and "an earlier run of another plan (plan differ)" in other.stderr
 
 
