@@ -26,6 +26,7 @@ from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, step_compute
+from ddpsim.intervals import union_length
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
@@ -396,24 +397,9 @@ def _priced_busy_s(prep: Prepared, iterations: int) -> Any:
     return iterations * total / prep.topology.capacity_Bps
 
 
-def _union_length(intervals: list[tuple[float, float]]) -> float:
-    total = 0.0
-    current: list[float] | None = None
-    for start, stop in sorted(intervals):
-        if current is None or start > current[1]:
-            if current is not None:
-                total += current[1] - current[0]
-            current = [start, stop]
-        else:
-            current[1] = max(current[1], stop)
-    if current is not None:
-        total += current[1] - current[0]
-    return total
-
-
 def _exposed(comm: list[tuple[float, float]], compute: list[tuple[float, float]]) -> float:
     """Time the comm stream is busy while the compute stream is not."""
-    return _union_length(comm + compute) - _union_length(compute)
+    return union_length(comm + compute) - union_length(compute)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ddpsim"
 
 # lower number = lower room; a module may import its own rung and the rungs below it
 LADDER: tuple[tuple[str, ...], ...] = (
-    ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread"),
+    ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread", "ddpsim.intervals"),
     ("ddpsim.scenario.link_kinds", "ddpsim.scenario.fields", "ddpsim.scenario.overheads"),
     ("ddpsim.scenario.schema", "ddpsim.scenario.provenance"),
     ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp",

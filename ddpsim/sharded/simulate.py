@@ -15,6 +15,7 @@ from ddpsim.collectives import CollectiveModel
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec
 from ddpsim.hardware.compute import StepCompute
+from ddpsim.intervals import union_length
 from ddpsim.results import CollectiveRecord, Result
 from ddpsim.scenario.schema import Scenario
 from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, shard_groups
@@ -142,7 +143,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         bucket_cap_mb=None, step_time_s=step_time, step_times_s=[step_time],
         forward_s=trace.forward_end_s, backward_s=trace.backward_compute_end_s - trace.forward_end_s,
         optimizer_s=optimizer_s, comm_time_s=sum(b - a for a, b in spans),
-        exposed_comm_s=_union(spans + compute_spans) - _union(compute_spans),
+        exposed_comm_s=union_length(spans + compute_spans) - union_length(compute_spans),
         compute_only_s=compute.forward_s + compute.backward_s + optimizer_s,
         copy_s=sum(b - a for a, b, label in trace.compute_intervals if label.startswith("copy")),
         buckets=[], samples_per_s=samples / step_time if step_time > 0 else 0.0,
@@ -171,15 +172,3 @@ def _timeline(trace: ShardedTrace) -> list[tuple[float, float, str]]:
     return list(trace.compute_intervals) + [(c.start_s, c.end_s, f"{c.kind} {c.unit}") for c in trace.collectives]
 
 
-def _union(intervals: list[tuple[float, float]]) -> float:
-    total, current = 0.0, None
-    for start, stop in sorted(intervals):
-        if current is None or start > current[1]:
-            if current is not None:
-                total += current[1] - current[0]
-            current = [start, stop]
-        else:
-            current[1] = max(current[1], stop)
-    if current is not None:
-        total += current[1] - current[0]
-    return total

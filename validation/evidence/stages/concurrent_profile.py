@@ -18,8 +18,6 @@ Calibration: validation/calibration-h200x4.json (4 x H200, campaign A); no run o
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -30,6 +28,7 @@ import tempfile
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import RunRow, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
 CAMPAIGNS = ("h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n")
@@ -178,12 +177,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/concurrent-profile/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

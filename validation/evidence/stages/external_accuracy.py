@@ -8,12 +8,11 @@ rows no fit used. Error = predicted / measured - 1; bias < 0 means ddpsim predic
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import sys
 import warnings
 
 from validation import external as ext
+from validation.evidence.stages import printed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -71,12 +70,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/external-accuracy/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main([])
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(lambda: main([]), __name__)
 
 if __name__ == "__main__":
     raise SystemExit(main())

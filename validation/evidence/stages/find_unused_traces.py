@@ -15,13 +15,12 @@ a later end would mean a slower all-reduce tail.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
 
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-find-unused-traces-2026-11-27", "ddp_runs.jsonl")
 
@@ -54,12 +53,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/find-unused-traces/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

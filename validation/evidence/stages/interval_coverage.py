@@ -23,8 +23,6 @@ allocations (Q, R, S, T), predicting U, V and W, which took part in neither.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -34,6 +32,7 @@ from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_noise  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 DATA = os.path.join(ROOT, "validation", "data")
 CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
@@ -106,12 +105,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/interval-coverage/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

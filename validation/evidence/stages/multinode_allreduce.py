@@ -25,9 +25,7 @@ allocation, two allocations of one GPU type, or of two GPU types.
 
 from __future__ import annotations
 
-import contextlib
 import glob
-import io
 import json
 import os
 import sys
@@ -44,6 +42,7 @@ from ddpsim.collectives import CollectiveModel
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.topology import build_topology
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 DEFAULT_DATA = os.path.join(ROOT, "validation", "data", "h200x4-multinode-2026-11-26")
 MIB = 1 << 20
@@ -281,12 +280,7 @@ def main(argv: list[str]) -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/multinode-allreduce/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main([])
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(lambda: main([]), __name__)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

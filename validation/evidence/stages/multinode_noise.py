@@ -15,8 +15,6 @@ Nothing here is predicted or fitted; it only reads the committed records.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import statistics
 import sys
@@ -26,6 +24,7 @@ from typing import Any
 from ddpsim.calibration.measurements import launch_key, read_jsonl
 from ddpsim.calibration.netprobe import read_net_probes, round_ratios
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 CAMPAIGNS = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")
 
@@ -100,12 +99,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/multinode-noise/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

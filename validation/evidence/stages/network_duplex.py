@@ -16,8 +16,6 @@ below 1 MiB and from 1 MiB, per held-out sweep.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -29,6 +27,7 @@ from ddpsim.calibration.fit import fit_links  # noqa: E402
 from ddpsim.calibration.netprobe import duplex_factor, read_net_probes  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 from validation.evidence.stages.multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402
 
 PROBED = "h200x4-multinode-2026-11-27"
@@ -188,12 +187,7 @@ def _probe_records(probe_dir: str, shapes: set[str] | None = None) -> list[dict[
 
 def run() -> str:
     """The stage's output (validation/reports/network-duplex/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,8 +21,6 @@ cluster has no probe of the launch to come. Both errors are reported; DDP overhe
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import statistics
@@ -34,6 +32,7 @@ from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.validate import predict_run
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 REFERENCE = "validation/calibration-h200x4-multinode.json"
 # the campaigns whose probe has NCCL's collectives (S, T, U, V, W)
@@ -130,12 +129,7 @@ def _report(pooled: dict[str, tuple[list[float], list[float]]], kind: str, campa
 
 def run() -> str:
     """The stage's output (validation/reports/network-level/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

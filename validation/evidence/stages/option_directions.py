@@ -19,8 +19,6 @@ out). Two counts:
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
 from collections import defaultdict
@@ -28,6 +26,7 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26",
              "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c",
@@ -107,12 +106,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/option-directions/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -19,8 +19,6 @@ was fitted).
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import re
 import sys
@@ -29,6 +27,7 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 # the same rule as the per-machine count: direction and size within a factor 1.5 of one predicted change
 from validation.evidence.stages.option_directions import CALIBRATION, THRESHOLD, _right  # noqa: E402
@@ -97,12 +96,7 @@ def main(campaigns: list[str]) -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/option-repeat/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main(DEFAULT_CAMPAIGNS)
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(lambda: main(DEFAULT_CAMPAIGNS), __name__)
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:] or DEFAULT_CAMPAIGNS))

@@ -26,9 +26,8 @@ measured compute and all-reduce slowdowns of the run's own model, link class and
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
-import io
+import functools
 import json
 import os
 import sys
@@ -39,6 +38,7 @@ from ddpsim.calibration.calibrate import calibrate, keep_comm_terms_for_fitted_m
 from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.calibration.measured_scenarios import run_class
 from ddpsim.calibration.validate import predict_run
+from validation.evidence.stages import printed
 
 
 def _fitted_models_only(data: dict[str, Any]) -> dict[str, Any]:
@@ -198,13 +198,9 @@ def run() -> str:
     """The stage's output (validation/reports/overheads-across-models/output.txt), from the repository root."""
     parts = []
     for argv in INVOCATIONS:
-        buffer = io.StringIO()
-        with contextlib.redirect_stdout(buffer):
-            status = main(argv)
-        if status:
-            raise RuntimeError(f"{__name__}: exit {status}")
+        text = printed(functools.partial(main, argv), __name__)
         parts.append(f"$ python -m validation.evidence.stages.overheads_across_models {' '.join(argv)}\n"
-                     + buffer.getvalue())
+                     + text)
     return "\n".join(parts)
 
 

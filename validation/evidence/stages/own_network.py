@@ -21,8 +21,6 @@ each campaign that has no probe.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import sys
@@ -32,6 +30,7 @@ from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
 from ddpsim.calibration.fit import fit_links  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 CALIBRATION = "validation/calibration-h200x4-multinode.json"
 CAMPAIGNS = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
@@ -93,12 +92,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/own-network/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -13,8 +13,6 @@ predicted with and without it; none of them was used to fit the calibration that
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import statistics
 import sys
@@ -22,6 +20,7 @@ import sys
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 DATA = os.path.join(ROOT, "validation", "data")
 # calibration -> the campaigns it never saw (A's own held-out caps are in A, fitted on its caps 5 and 50)
@@ -73,12 +72,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/profile-jitter/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -14,8 +14,6 @@ absolute error and the mean signed error (bias); then pooled: R, S, T; all four 
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import sys
 from collections import defaultdict
@@ -23,6 +21,7 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.calibration.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
+from validation.evidence.stages import printed
 
 CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.json",
                 "U (H100, probe)": "validation/calibration-h100x4-multinode.json"}
@@ -65,12 +64,7 @@ def main() -> int:
 
 def run() -> str:
     """The stage's output (validation/reports/shipped-multinode/output.txt): what the benchmark printed."""
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer):
-        status = main()
-    if status:
-        raise RuntimeError(f"{__name__}: exit {status}")
-    return buffer.getvalue()
+    return printed(main, __name__)
 
 if __name__ == "__main__":
     sys.exit(main())
