@@ -163,6 +163,7 @@ def _measure(tmp_path, *extra, env_path=None):
     (["--budget", "ten minutes"], "--budget 'ten minutes'"),
     (["--shapes", "2x2"], "--shapes 2x2: needs 4 GPUs, this host has 2"),
     (["--link-classes", "nvlink,infiniband"], "--link-classes"),
+    (["--plan", "nope"], "argument --plan: invalid choice: 'nope'"),
 ])
 def test_bad_measure_arguments_exit_2_and_write_nothing(tmp_path, extra, message):
     done = _measure(tmp_path, *extra)
@@ -261,8 +262,9 @@ def test_the_sharded_plan_measures_every_strategy_and_resumes(tmp_path):
     assert len((out / "fsdp_runs.jsonl").read_text().splitlines()) == 3 and "profiles of" not in again.stdout
 
 
-def test_a_campaign_whose_configurations_fail_exits_1(tmp_path, monkeypatch):
-    # the campaign's exit code says when configurations failed (it said 0 "done" with all of them failed)
+def test_failures_of_counts_this_invocations_failed_launches_and_configurations(tmp_path):
+    # what the campaign's exit code is made of: 1 when this count is not 0 (it said 0 "done" with every
+    # configuration failed)
     from ddpsim.measure import campaign
 
     out = tmp_path / "c"

@@ -390,7 +390,7 @@ def predict_fold(
             # a fold cached before the bandwidth-only probe: its fit is kept, only that probe is predicted
             rows = _with_level(rows, loaded, stored["calibration"])
             stored["rows"], stored["modes"] = [asdict(r) for r in rows], list(MODES)
-            _write_json(cache, stored)
+            _write_cache(cache, stored)
         return rows
     plain = {a.name: [r for r in loaded[a.name].runs
                       if is_plain(r) and (link_classes is None or run_class(r) in link_classes)] for a in held}
@@ -425,16 +425,9 @@ def predict_fold(
                 step_sigma=noise.get("step_sigma"), launch_sigma=noise.get("launch_sigma"), level_s=level,
             ))
     if cache:
-        _write_json(cache, {"held_out": sorted(names), "training": [a.name for a in training], "modes": list(MODES),
+        _write_cache(cache, {"held_out": sorted(names), "training": [a.name for a in training], "modes": list(MODES),
                             "calibration": data, "rows": [asdict(r) for r in rows]})
     return rows
-
-
-def _write_json(path: str, data: dict[str, Any]) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    with open(path + ".tmp", "w", encoding="utf-8") as handle:
-        json.dump(data, handle)
-    os.replace(path + ".tmp", path)
 
 
 def _with_level(rows: list[HeldOutRun], loaded: dict[str, Measurements], data: dict[str, Any]) -> list[HeldOutRun]:
@@ -630,6 +623,13 @@ def allocation_spread_entry(rows: Sequence[HeldOutRun], gpu: str, probe_mode: st
             "probe": probe_mode,
         }
     return out
+
+
+def _write_cache(path: str, data: dict[str, Any]) -> None:
+    from ddpsim.outdir import atomic_write_text
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write_text(path, json.dumps(data))
 
 
 def write_pooled(path: str, data: dict[str, Any], spread: dict[str, Any]) -> None:

@@ -135,11 +135,11 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _recentre(args: argparse.Namespace) -> int:
     """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
     import json
-    import tempfile
 
     from ddpsim.calibration.file import calibration_from_dict
     from ddpsim.calibration.pool import probe_calibration
-    from ddpsim.jsonfile import read_json_object
+    from ddpsim.jsonfile import non_finite_field, read_json_object
+    from ddpsim.outdir import atomic_write_text
 
     for option, on in (("--calibration-caps", args.calibration_caps is not None), ("--links-only", args.links_only),
                        ("--nccl-tests", bool(args.nccl_tests)), ("--noise-from", bool(args.noise_from))):
@@ -154,11 +154,11 @@ def _recentre(args: argparse.Namespace) -> int:
     calibration_from_dict(base, args.recentre)  # a bad base file stops here, named
     data, notes = probe_calibration(base, [args.data_dir], base_source=args.recentre)
     calibration_from_dict(data, args.out)  # what is written reads back
-    folder = os.path.dirname(os.path.abspath(args.out))
-    os.makedirs(folder, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=folder, prefix=".ddpsim-", suffix=".json", delete=False) as handle:
-        json.dump(data, handle, indent=1)
-    os.replace(handle.name, args.out)
+    bad = non_finite_field(data)
+    if bad:
+        raise ScenarioError("the re-centred calibration holds a value that is not a finite number; nothing was "
+                            "written", file=args.out, field=bad)
+    atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
     probed = data.get("probed_from", {}).get("parts", [])
     print(f"re-centred {args.recentre} on the probe {args.data_dir}: {', '.join(probed) or 'nothing'}")
     for note in notes:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import math
 import re
+import sys
+from typing import NoReturn
 
 from .plans import DEFAULT_MODELS, LINK_CLASSES, PLANS
 
@@ -42,8 +44,16 @@ def parse_budget_s(text: str) -> float:
 PARSER_KW = {"description": DESCRIPTION, "epilog": EXAMPLES, "formatter_class": argparse.RawDescriptionHelpFormatter}
 
 
+class _Parser(argparse.ArgumentParser):
+    """A usage error is one line and exit 2, as ddpsim's own parser does (this room imports nothing of it)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"ddpsim: error: measure: {message} (see {self.prog} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    return add_arguments(argparse.ArgumentParser(prog="ddpsim measure", **PARSER_KW))  # type: ignore[arg-type]
+    return add_arguments(_Parser(prog="ddpsim measure", **PARSER_KW))  # type: ignore[arg-type]
 
 
 def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:

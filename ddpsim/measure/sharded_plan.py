@@ -26,13 +26,14 @@ def run(out: str, models: list[str], link_classes: list[str], gpus: list[str], b
     if ("profile", "none", 1, 1) not in done:
         # each model's world-size-1 step (profiles/): the compute `ddpsim validate-fsdp` predicts from
         launch_id = "profile_w1_0"
+        profile_budget_s = min(30.0 * len(models), 0.3 * budget_s)
         cmd = [sys.executable, "-m", "ddpsim.measure.worker", "--mode", "profile", "--out", out, "--launch-id",
                launch_id, "--models", ",".join(models), "--profile-ddp-caps", "", "--budget-s",
-               str(min(30.0 * len(models), 0.3 * budget_s)), "--profile-iters",
+               str(profile_budget_s), "--profile-iters",
                "3" if quick or gpus[0] == "cpu" else "10"]
         print(f"[sharded] world-size-1 profiles of {', '.join(models)}", flush=True)
         status, rc, wall = campaign.run_launch(cmd, campaign.launch_env("nvlink", gpus[:1]),
-                                               min(30.0 * len(models), 0.3 * budget_s) + 30,
+                                               profile_budget_s + 30,
                                                os.path.join(out, "logs", launch_id + ".log"))
         append_jsonl(os.path.join(out, "launches.jsonl"), {
             "launch_id": launch_id, "kind": "profile", "transport": "none", "world_size": 1, "nodes": 1,

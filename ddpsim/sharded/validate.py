@@ -8,6 +8,7 @@ Nothing here is fitted: a calibration given is used as it is, and the runs compa
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, replace
 from typing import Any
@@ -84,8 +85,15 @@ def measured_profile(run: dict[str, Any]) -> str | None:
     """The world-size-1 profile of the run's model and batch beside its records (``profiles/``, written by
     ``ddpsim measure --plan sharded``), or None: compute is then estimated from the model's FLOPs."""
     folder = os.path.join(os.path.dirname(os.path.abspath(str(run.get("_source", FILE_NAME)))), "profiles")
+    return _profiles_in(folder).get((run["model"], run["batch_size"]))
+
+
+@functools.lru_cache(maxsize=64)
+def _profiles_in(folder: str) -> dict[tuple[Any, Any], str]:
+    """(model, batch size) -> path of every readable profile in ``folder`` that ended ok."""
+    found: dict[tuple[Any, Any], str] = {}
     if not os.path.isdir(folder):
-        return None
+        return found
     for name in sorted(os.listdir(folder)):
         if not name.endswith(".json"):
             continue
@@ -94,10 +102,9 @@ def measured_profile(run: dict[str, Any]) -> str | None:
             record = read_json_object(path, "profile")
         except ScenarioError:
             continue
-        if record.get("model") == run["model"] and record.get("batch_size") == run["batch_size"] \
-                and record.get("status", "ok") == "ok":
-            return path
-    return None
+        if record.get("status", "ok") == "ok":
+            found.setdefault((record.get("model"), record.get("batch_size")), path)
+    return found
 
 
 def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = None,
@@ -139,11 +146,13 @@ def run_label(run: dict[str, Any]) -> str:
 
 def compare_fsdp_runs(runs: list[dict[str, Any]], calibration: Calibration | None = None) -> list[FsdpComparison]:
     rows = []
+    _profiles_in.cache_clear()  # each folder read once per comparison, and afresh for the next
     for run in runs:
-        result = simulate(fsdp_run_scenario(run, calibration))
+        scenario = fsdp_run_scenario(run, calibration)
+        result = simulate(scenario)
         # memory from the model's own structure: a profile times the step but counts no activations
-        structural = result if measured_profile(run) is None else simulate(
-            fsdp_run_scenario(run, calibration, use_profile=False))
+        profiled = scenario.workload.model.startswith("profile:")
+        structural = simulate(fsdp_run_scenario(run, calibration, use_profile=False)) if profiled else result
         per_rank = run.get("peak_memory_bytes_per_rank") or []
         peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
         rows.append(FsdpComparison(run_label(run), str(run["strategy"]), float(run["step_s_median"]),

@@ -67,16 +67,16 @@ def run_fresh() -> str:
 
 def _report(data: str, derive: bool) -> str:
     runs = read_fsdp_runs(data)
-    rows = compare_fsdp_runs(runs)
-    launches = [r.get("launch_id") for r in runs if r.get("status") == "ok"]
+    rows = compare_fsdp_runs(runs)  # one row per run (read_fsdp_runs keeps the runs that ended ok)
+    launches = [str(run.get("launch_id")) for run in runs]
     lines = ["| run | launch | measured step | predicted | error | peak measured | peak predicted | error |",
              "|---|---|---|---|---|---|---|---|"]
     groups: dict[tuple[str, str], list[FsdpComparison]] = defaultdict(list)
-    for launch, r in zip(launches, rows, strict=True):
+    for run, launch, r in zip(runs, launches, rows, strict=True):
         lines.append(f"| {r.label} | {launch} | {1e3 * r.measured_step_s:.1f} ms | {1e3 * r.predicted_step_s:.1f} ms | "
                      f"{_pct(r.step_error)} | {(r.measured_peak_bytes or 0) / 2**30:.2f} GiB | "
                      f"{r.predicted_peak_bytes / 2**30:.2f} GiB | {_pct(r.peak_error)} |")
-        groups[(r.label.rsplit("/", 2 if r.strategy == "ddp" else 3)[0], str(launch))].append(r)
+        groups[(f"{run['model']}/{run['transport']}", launch)].append(r)
     lines.append("")
     for strategy in ("ddp", "zero2", "zero3"):
         errors = [abs(r.step_error) for r in rows if r.strategy == strategy]
