@@ -4,6 +4,7 @@ files fail on one line naming the file and field."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,7 +12,7 @@ import pytest
 
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario import scenario_from_dict
-from ddpsim.sharded.validate import compare_fsdp_runs, read_fsdp_runs
+from ddpsim.sharded.validate import compare_fsdp_runs, fsdp_run_scenario, measured_profile, read_fsdp_runs
 from ddpsim.simulation import simulate
 
 
@@ -78,3 +79,24 @@ def test_an_hsdp_run_is_simulated_as_hsdp(tmp_path):
     scenario = fsdp_run_scenario(runs[0])
     assert scenario.parallel.shard_group == "node" and scenario.cluster.nodes == 2
     assert any(c.kind == "all-reduce (replicas)" for c in simulate(scenario).collectives)
+
+
+def test_a_profile_beside_the_records_times_the_step_and_the_structure_gives_the_memory(tmp_path):
+    # the committed FW2 profile of gpt2-124m (batch 8, seq 512, bf16) beside a record of the same run
+    import shutil
+
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "validation", "data",
+                          "h200x2-fsdp-2026-11-27b", "profiles", "gpt2-124m.json")
+    (tmp_path / "profiles").mkdir()
+    shutil.copy(source, tmp_path / "profiles" / "gpt2-124m.json")
+    _write(tmp_path / "fsdp_runs.jsonl", [_run(), _run(seq_len=1024)])
+    runs = read_fsdp_runs(str(tmp_path))
+    assert measured_profile(runs[0]) == str(tmp_path / "profiles" / "gpt2-124m.json")
+    assert measured_profile(runs[1]) is None  # another sequence length is other compute
+    rows = compare_fsdp_runs(runs)
+    profiled = simulate(fsdp_run_scenario(runs[0]))
+    structural = simulate(fsdp_run_scenario(runs[0], use_profile=False))
+    assert fsdp_run_scenario(runs[0]).workload.model == f"profile:{tmp_path / 'profiles' / 'gpt2-124m.json'}"
+    assert rows[0].predicted_step_s == pytest.approx(profiled.step_time_s)
+    assert rows[0].predicted_peak_bytes == pytest.approx(structural.memory_bytes["total"])
+    assert profiled.step_time_s != pytest.approx(structural.step_time_s)  # the profile did change the compute

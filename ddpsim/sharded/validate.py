@@ -82,16 +82,17 @@ def _model(run: dict[str, Any]) -> str:
 
 
 def measured_profile(run: dict[str, Any]) -> str | None:
-    """The world-size-1 profile of the run's model and batch beside its records (``profiles/``, written by
+    """The world-size-1 profile of the run's model, batch, sequence and precision beside its records (``profiles/``, written by
     ``ddpsim measure --plan sharded``), or None: compute is then estimated from the model's FLOPs."""
     folder = os.path.join(os.path.dirname(os.path.abspath(str(run.get("_source", FILE_NAME)))), "profiles")
-    return _profiles_in(folder).get((run["model"], run["batch_size"]))
+    return _profiles_in(folder).get((run["model"], run["batch_size"], run.get("seq_len"), run.get("precision")))
 
 
 @functools.lru_cache(maxsize=64)
-def _profiles_in(folder: str) -> dict[tuple[Any, Any], str]:
-    """(model, batch size) -> path of every readable profile in ``folder`` that ended ok."""
-    found: dict[tuple[Any, Any], str] = {}
+def _profiles_in(folder: str) -> dict[tuple[Any, ...], str]:
+    """(model, batch size, sequence length, precision) -> path of every readable profile in ``folder`` that
+    ended ok: a profile of another sequence or precision times other compute."""
+    found: dict[tuple[Any, ...], str] = {}
     if not os.path.isdir(folder):
         return found
     for name in sorted(os.listdir(folder)):
@@ -103,7 +104,8 @@ def _profiles_in(folder: str) -> dict[tuple[Any, Any], str]:
         except ScenarioError:
             continue
         if record.get("status", "ok") == "ok":
-            found.setdefault((record.get("model"), record.get("batch_size")), path)
+            key = (record.get("model"), record.get("batch_size"), record.get("seq_len"), record.get("precision"))
+            found.setdefault(key, path)
     return found
 
 
