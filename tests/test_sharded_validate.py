@@ -100,3 +100,4 @@ def test_a_profile_beside_the_records_times_the_step_and_the_structure_gives_the
     assert rows[0].predicted_step_s == pytest.approx(profiled.step_time_s)
     assert rows[0].predicted_peak_bytes == pytest.approx(structural.memory_bytes["total"])
     assert profiled.step_time_s != pytest.approx(structural.step_time_s)  # the profile did change the compute
+    assert rows[0].compute_from.startswith("profile:") and rows[1].compute_from.startswith("estimated from")

@@ -234,6 +234,9 @@ def cmd_validate_fsdp(args: argparse.Namespace) -> int:
         errors = [abs(r.step_error) for r in rows if r.strategy == strategy]
         print(f"{strategy}: step error mean {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% "
               f"over {len(errors)} runs")
+    # where each run's compute came from: a measured profile, or an estimate the user should know about
+    for source in sorted({r.compute_from for r in rows}):
+        print(f"compute of {sum(r.compute_from == source for r in rows)} runs: {source}")
     return 0
 
 

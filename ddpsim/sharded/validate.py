@@ -25,6 +25,8 @@ from ddpsim.simulation import simulate
 from ddpsim.workload.zoo import ZOO_NAMES
 
 SCHEMA = "ddpsim.fsdp_run/1"
+ESTIMATED_COMPUTE = ("estimated from the model's FLOPs: no world-size-1 profile of this model, batch, sequence and "
+                     "precision beside the records (ddpsim measure --plan sharded writes one)")
 FILE_NAME = "fsdp_runs.jsonl"
 # the harness's own built-ins, imported by ddpsim from the harness module (the same nn.Module, meta device)
 HARNESS_FACTORIES = {"llama-1b": "llama_1b", "llama-tiny": "llama_tiny", "gpt-tiny": "gpt_tiny"}
@@ -39,6 +41,7 @@ class FsdpComparison:
     predicted_step_s: float
     measured_peak_bytes: float | None
     predicted_peak_bytes: float
+    compute_from: str  # the profile that timed the step, or how it was estimated
 
     @property
     def step_error(self) -> float:
@@ -159,5 +162,6 @@ def compare_fsdp_runs(runs: list[dict[str, Any]], calibration: Calibration | Non
         peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
         rows.append(FsdpComparison(run_label(run), str(run["strategy"]), float(run["step_s_median"]),
                                    result.step_time_s, float(peak) if peak else None,
-                                   structural.memory_bytes["total"]))
+                                   structural.memory_bytes["total"],
+                                   scenario.workload.model if profiled else ESTIMATED_COMPUTE))
     return rows
