@@ -551,4 +551,5 @@ def _interval(sc: Scenario, step_time_s: float) -> tuple[float | None, float | N
         return None, None, {"p10 / p90 spread": f"not measured: calibration {sc.calibration.source} has no "
                                                 f"noise.{noise_class}, so no interval is given"}
     p10_s, _, p90_s = interval
-    return p10_s, p90_s, {"p10 / p90 spread": f"calibration {sc.calibration.source} noise.{noise_class}"}
+    parts = ", ".join(f"{name} {sigma:.3f}" for name, sigma in sc.calibration.interval_parts(noise_class))
+    return p10_s, p90_s, {"p10 / p90 spread": f"calibration {sc.calibration.source}: lognormal sigmas {parts}"}

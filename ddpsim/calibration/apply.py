@@ -94,6 +94,11 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         sources["DDP overheads"] = (f"{cite} overheads.{overhead_class} without {', '.join(NOT_CARRIED)} (no "
                                     f"effect: the calibration keeps them for the models they were fitted on, "
                                     f"{', '.join(fitted_on or [])}, not {model})")
+    elif values and fitted_on is None:
+        # a file written before the fitted models were recorded cannot say whether this model was among them
+        sources["DDP overheads"] = (f"{cite} overheads.{overhead_class} (the file does not record the models its "
+                                    f"terms were fitted on, so whether they hold for {model or 'this model'} is "
+                                    f"unknown; calibrate again to record them; {OTHER_MODEL_NOTE})")
     elif values:
         sources["DDP overheads"] = f"{cite} overheads.{overhead_class}" + (
             f" (fitted on {', '.join(fitted_on or [])}, not on {model}: carried; {OTHER_MODEL_NOTE})"

@@ -88,17 +88,26 @@ class Calibration:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
         launch-to-launch spreads of this link class and, in a pooled calibration, the spread of the
         allocations' offsets and of the runs around them (lognormal sigmas, added in quadrature)."""
+        sigmas = [sigma for _, sigma in self.interval_parts(link_class)]
+        if not sigmas:
+            return None
+        sigma = math.sqrt(sum(s * s for s in sigmas))
+        return step_s * math.exp(-Z90 * sigma), step_s, step_s * math.exp(Z90 * sigma)
+
+    def interval_parts(self, link_class: str) -> list[tuple[str, float]]:
+        """The lognormal sigmas ``step_interval`` adds, each named by the calibration field it comes from, so
+        that a user reads how much of an interval is noise within a launch, between launches, and between
+        machine allocations."""
         entry = self.noise.get(link_class) or {}
         spread = self.allocation_spread.get(link_class) or {}
         # the runs' spread around their allocation's offset was measured over launches: it holds the
         # launch noise, and replaces it
         residual = spread.get("residual_sigma")
-        sigmas = [entry.get("step_sigma"), entry.get("launch_sigma") if residual is None else residual,
-                  spread.get("sigma")]
-        if all(s is None for s in sigmas):
-            return None
-        sigma = math.sqrt(sum(s * s for s in sigmas if s is not None))
-        return step_s * math.exp(-Z90 * sigma), step_s, step_s * math.exp(Z90 * sigma)
+        named = [(f"noise.{link_class}.step_sigma", entry.get("step_sigma")),
+                 (f"allocation_spread.{link_class}.residual_sigma", residual) if residual is not None
+                 else (f"noise.{link_class}.launch_sigma", entry.get("launch_sigma")),
+                 (f"allocation_spread.{link_class}.sigma (between allocations)", spread.get("sigma"))]
+        return [(name, float(sigma)) for name, sigma in named if sigma is not None]
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;
