@@ -2,6 +2,7 @@
 models from a config, the plan's folder (resume, refusals), and a whole dry run that calibrate can read."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -277,3 +278,30 @@ def test_failures_of_counts_this_invocations_failed_launches_and_configurations(
     campaign.append_jsonl(str(out / "launches.jsonl"), {"launch_id": "shm_w2_0", "status": "timeout"})
     assert campaign.failures_of(str(out), {"socket_w2_0", "shm_w2_0"}) == 2
     assert campaign.failures_of(str(out), set()) == 0
+
+
+@pytest.mark.parametrize("node_gpus, local_rank, node", [([3, 1], 2, 0), ([3, 1], 3, 1), ([2, 1, 1], 2, 1),
+                                                          ([2, 1, 1], 3, 2)])
+def test_uneven_emulated_nodes_group_ranks_in_order(tmp_path, monkeypatch, node_gpus, local_rank, node):
+    from ddpsim.measure.worker import shape_label, shape_setup
+
+    for key, value in {"RANK": local_rank, "WORLD_SIZE": 4, "LOCAL_RANK": local_rank, "LOCAL_WORLD_SIZE": 4}.items():
+        monkeypatch.setenv(key, str(value))
+    monkeypatch.delenv("NCCL_HOSTID", raising=False)
+    monkeypatch.delenv("NCCL_DEBUG", raising=False)
+    shape, _ = shape_setup(None, str(tmp_path), "x", "socket", node_gpus)
+    # ranks fill the nodes in order: with 3+1, local ranks 0-2 on node 0 and 3 alone on node 1
+    assert os.environ["NCCL_HOSTID"].endswith(f"-node{node}")
+    assert shape["nodes"] == len(node_gpus) and shape["node_gpus"] == node_gpus
+    # uneven nodes have no single GPUs-per-node number: readers that need one must refuse the record
+    assert shape["gpus_per_node"] is None
+    assert shape_label(shape) == "+".join(map(str, node_gpus))
+
+
+def test_uneven_nodes_must_cover_the_host(tmp_path, monkeypatch):
+    from ddpsim.measure.worker import shape_setup
+
+    for key, value in {"RANK": 0, "WORLD_SIZE": 4, "LOCAL_RANK": 0, "LOCAL_WORLD_SIZE": 4}.items():
+        monkeypatch.setenv(key, str(value))
+    with pytest.raises(SystemExit, match="must sum to the world"):
+        shape_setup(None, str(tmp_path), "x", None, [2, 1])

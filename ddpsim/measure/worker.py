@@ -107,18 +107,38 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
 
 
 # ============================================================================ shape (nodes x GPUs per node)
-def shape_setup(gpus_per_node, out, launch_id, inter_node_transport=None):
+def parse_node_gpus(text):
+    """'3,1' -> [3, 1]: emulated nodes of uneven GPU counts (None when not given)."""
+    if not text:
+        return None
+    counts = [int(x) for x in str(text).split(",") if x.strip()]
+    if not counts or min(counts) < 1:
+        raise SystemExit(f"--node-gpus {text!r}: expected GPU counts per emulated node, e.g. 3,1")
+    return counts
+
+
+def shape_setup(gpus_per_node, out, launch_id, inter_node_transport=None, node_gpus=None):
     """Before init_process_group: this rank's NCCL_HOSTID when several 'nodes' share one host, and its own
-    NCCL_DEBUG_FILE when NCCL_DEBUG is set.  Returns the shape fields every record carries."""
+    NCCL_DEBUG_FILE when NCCL_DEBUG is set.  ``node_gpus`` (one host only) emulates nodes of uneven GPU
+    counts, in rank order.  Returns the shape fields every record carries."""
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    G = int(gpus_per_node) if gpus_per_node else local_world
-    if G < 1 or local_world % G or world % G:
-        raise SystemExit(f"--gpus-per-node {G} must divide the ranks of this host ({local_world}) and the world ({world})")
-    emulated = G < local_world
-    if emulated:
+    if node_gpus:
+        if sum(node_gpus) != world or local_world != world:
+            raise SystemExit(f"--node-gpus {node_gpus} must sum to the world ({world}) of one host")
+        # the node of each local rank: ranks fill the emulated nodes in order
+        owner = [n for n, count in enumerate(node_gpus) for _ in range(count)]
+        os.environ["NCCL_HOSTID"] = f"ddpsim-{os.environ.get('GROUP_RANK', '0')}-node{owner[local_rank]}"
+        uniform = len(set(node_gpus)) == 1
+        G, emulated = (node_gpus[0] if uniform else None), len(node_gpus) > 1
+    else:
+        G = int(gpus_per_node) if gpus_per_node else local_world
+        if G < 1 or local_world % G or world % G:
+            raise SystemExit(f"--gpus-per-node {G} must divide the ranks of this host ({local_world}) and the world ({world})")
+        emulated = G < local_world
+    if emulated and not node_gpus:
         # NCCL hashes this string instead of the host name: ranks with different ids are different nodes,
         # so P2P/SHM are not used between them and NCCL's network transport carries their traffic
         os.environ["NCCL_HOSTID"] = f"ddpsim-{os.environ.get('GROUP_RANK', '0')}-node{local_rank // G}"
@@ -131,13 +151,24 @@ def shape_setup(gpus_per_node, out, launch_id, inter_node_transport=None):
         nccl_log_path = os.environ["NCCL_DEBUG_FILE"]
         if "%" in nccl_log_path:
             nccl_log_path = None  # a pattern (%h, %p) set from outside: not parsed
-    nodes = world // G
+    nodes = len(node_gpus) if node_gpus else world // G
     inter = None
     if nodes > 1:
         inter = inter_node_transport or (os.environ.get("NCCL_NET") or "unknown").lower()
-    return {"nodes": nodes, "gpus_per_node": G, "nodes_emulated": emulated,
-            "nccl_hostid": os.environ.get("NCCL_HOSTID") if emulated else None,
-            "inter_node_transport": inter}, nccl_log_path
+    fields = {"nodes": nodes, "gpus_per_node": G, "nodes_emulated": emulated,
+              "nccl_hostid": os.environ.get("NCCL_HOSTID") if emulated else None,
+              "inter_node_transport": inter}
+    if node_gpus:
+        # gpus_per_node is null for uneven nodes: a reader that needs one number refuses the record
+        fields["node_gpus"] = list(node_gpus)
+    return fields, nccl_log_path
+
+
+def shape_label(shape):
+    """'2x2' for even nodes, '3+1' for uneven ones."""
+    if shape.get("node_gpus") and shape["gpus_per_node"] is None:
+        return "+".join(str(c) for c in shape["node_gpus"])
+    return f"{shape['nodes']:d}x{shape['gpus_per_node']:d}"
 
 
 ALGO_ENV = {"ring": "Ring", "tree": "Tree"}
@@ -146,7 +177,7 @@ ALGO_ENV = {"ring": "Ring", "tree": "Tree"}
 def sweep_name(transport, W, shape, algo):
     if shape["nodes"] == 1 and algo == "default":
         return f"allreduce_{transport}_w{W:d}.txt"  # the name earlier campaigns used
-    return f"allreduce_{transport}_w{W:d}_{shape['nodes']:d}x{shape['gpus_per_node']:d}_{algo}.txt"
+    return f"allreduce_{transport}_w{W:d}_{shape_label(shape)}_{algo}.txt"
 
 
 def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
@@ -266,6 +297,8 @@ def main(argv=None):
     ap.add_argument("--round-warmup", type=int, default=2, help="untimed steps before each round")
     ap.add_argument("--gpus-per-node", type=int, default=None,
                     help="emulate nodes of G GPUs on this host (own NCCL_HOSTID per group of G local ranks)")
+    ap.add_argument("--node-gpus", default=None, metavar="G1,G2,...",
+                    help="emulate nodes of uneven GPU counts on this host, in rank order (e.g. 3,1)")
     ap.add_argument("--inter-node-transport", default=None, help="label recorded for the inter-node transport")
     ap.add_argument("--algos", default="default", help="all-reduce sweeps: default,ring,tree")
     ap.add_argument("--skip-allreduce", action="store_true")
@@ -307,7 +340,10 @@ def main(argv=None):
 
     # ---------------------------------------------------------------- sweep / microbench (under torchrun)
     launch_id = a.launch_id or f"{a.transport}_w{os.environ.get('WORLD_SIZE', '1')}_0"
-    shape, nccl_path = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
+    node_gpus = parse_node_gpus(a.node_gpus)
+    if node_gpus and a.net_probe:
+        raise SystemExit("--net-probe needs even nodes (--gpus-per-node), not --node-gpus")
+    shape, nccl_path = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport, node_gpus)
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = get_device(local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
@@ -327,7 +363,7 @@ def main(argv=None):
         return dict(topo_cache) or nccl_log.topology("", shape["nodes"])
 
     log(f"launch {launch_id} world {W:d} device {device} backend {backend} hosts {n_hosts:d} shape "
-        f"{shape['nodes']}x{shape['gpus_per_node']} emulated {shape['nodes_emulated']} "
+        f"{shape_label(shape)} emulated {shape['nodes_emulated']} "
         f"NCCL nNodes {topo().get('nccl_nnodes_seen')} via {topo().get('nccl_transports_seen')}")
 
     if a.mode == "microbench":
