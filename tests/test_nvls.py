@@ -16,7 +16,7 @@ import pytest
 import simpy
 
 from ddpsim.collectives import CollectiveModel, ProtocolTable
-from ddpsim.collectives.nvls import nvls_efficiency
+from ddpsim.collectives.nvls import nvls_of
 from ddpsim.errors import ScenarioError
 from ddpsim.network import FlowNetwork
 from ddpsim.scenario.load import scenario_from_dict
@@ -34,7 +34,7 @@ def spec(gpu: str, nodes: int, gpus: int, intra: dict, inter: dict | None = None
 
 
 def model_of(cluster: ClusterSpec, table: ProtocolTable | None = None) -> CollectiveModel:
-    return CollectiveModel(build_topology(cluster), table, nvls_efficiency=nvls_efficiency(cluster))
+    return CollectiveModel(build_topology(cluster), table, nvls=nvls_of(cluster))
 
 
 def asymptotic_busbw(model: CollectiveModel, algorithm: str) -> float:
@@ -73,9 +73,17 @@ def test_nvls_tree_on_two_nodes_is_bound_by_the_heads_nics() -> None:
     assert asymptotic_busbw(model, "ring") < asymptotic_busbw(model, "nvls")
 
 
-@pytest.mark.parametrize("nodes", [1, 2, 3])
+def test_nvls_tree_at_most_nccls_channel_ceiling() -> None:
+    # 8 nodes on 800 Gb/s NICs: the flow model would let the tree run at the switch's rate, NCCL's model
+    # caps an NVLS tree channel at 45.5 GB/s on Hopper from 3 nodes: 8 heads x 45.5 = 364 GB/s busbw
+    model = model_of(spec("H100", 8, 8, {"type": "nvswitch"}, {"type": "rail-fat-tree", "nic_bandwidth": "800Gbps"}),
+                     ProtocolTable.ideal())
+    assert asymptotic_busbw(model, "nvls") == pytest.approx(8 * 45.5e9, rel=1e-9)
+
+
+@pytest.mark.parametrize("nodes", [1, 2, 3, 8])
 def test_fast_equals_detailed_and_the_closed_form(nodes: int) -> None:
-    inter = {"type": "rail-fat-tree", "nic_bandwidth": "200Gbps"} if nodes > 1 else None
+    inter = {"type": "rail-fat-tree", "nic_bandwidth": "800Gbps" if nodes == 8 else "200Gbps"} if nodes > 1 else None
     model = model_of(spec("H100", nodes, 8, {"type": "nvswitch"}, inter))
     for nbytes in (1 << 20, 256 << 20):
         fast = model.allreduce_time_s(nbytes, "nvls", "simple")
@@ -109,11 +117,11 @@ def test_nvls_is_a_simple_protocol_algorithm_where_the_node_has_it() -> None:
 
 
 def test_the_scenario_field_says_where_nvls_runs() -> None:
-    assert nvls_efficiency(spec("H200", 1, 8, {"type": "nvswitch"})) == 0.85
-    assert nvls_efficiency(spec("B200", 1, 8, {"type": "nvswitch", "nvls": "on"})) == 0.74
-    assert nvls_efficiency(spec("H100-PCIe", 1, 2, {"type": "pcie"})) is None
-    assert nvls_efficiency(spec("H100", 1, 8, {"type": "nvlink-ring"})) is None
+    assert nvls_of(spec("H200", 1, 8, {"type": "nvswitch"})) == (0.85, (57.7e9, 45.5e9))
+    assert nvls_of(spec("B200", 1, 8, {"type": "nvswitch", "nvls": "on"})) == (0.74, (96e9, 80e9))
+    assert nvls_of(spec("H100-PCIe", 1, 2, {"type": "pcie"})) is None
+    assert nvls_of(spec("H100", 1, 8, {"type": "nvlink-ring"})) is None
     with pytest.raises(ScenarioError, match="cluster.intra_node.nvls: nvls is on, but A100 has no NVLink SHARP"):
-        nvls_efficiency(spec("A100", 1, 8, {"type": "nvswitch", "nvls": "on"}))
+        nvls_of(spec("A100", 1, 8, {"type": "nvswitch", "nvls": "on"}))
     with pytest.raises(ScenarioError, match="cluster.intra_node.nvls"):
         spec("H100", 1, 8, {"type": "nvswitch", "nvls": "maybe"})

@@ -27,6 +27,7 @@ import numpy as np
 import simpy
 
 from ddpsim.collectives.nccl_tuning import NcclTuning
+from ddpsim.collectives.nvls import NvlsSpec
 from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
 from ddpsim.collectives.schedules import (
     ALGORITHMS,
@@ -68,21 +69,22 @@ class CollectiveModel:
 
     channels: parallel rings/trees, each leaving a node through its own NIC (None: one per
     network port of a node, as NCCL spreads its channels over NICs; 1 on a single node).
-    nvls_efficiency: NVLink SHARP on this topology's nodes, at NCCL's efficiency for the GPU
-    (``nvls.nvls_efficiency`` reads it off a scenario); None: no NVLS (NCCL_NVLS_ENABLE=0, or a
-    node without it). With it, "nvls" is an algorithm and ``choose`` weighs it.
+    nvls: NVLink SHARP on this topology's nodes, as NCCL rates it for the GPU (``nvls.nvls_of``
+    reads it off a scenario); None: no NVLS (NCCL_NVLS_ENABLE=0, or a node without it). With it,
+    "nvls" is an algorithm and ``choose`` weighs it.
     """
 
     def __init__(self, topology: Topology, protocol_table: ProtocolTable | None = None,
-                 channels: int | None = None, nvls_efficiency: float | None = None) -> None:
+                 channels: int | None = None, nvls: NvlsSpec | None = None) -> None:
         self.topology = topology
         self.protocol_table = ProtocolTable() if protocol_table is None else protocol_table
         self.channels = max(1, topology.nics_per_node) if channels is None else channels
         if self.channels < 1:
             raise ValueError(f"channels must be >= 1, got {channels}")
-        if nvls_efficiency is not None and not 0 < nvls_efficiency <= 1:
-            raise ValueError(f"nvls_efficiency must be in (0, 1], got {nvls_efficiency}")
-        self.nvls_efficiency = nvls_efficiency
+        if nvls is not None and not 0 < nvls.efficiency <= 1:
+            raise ValueError(f"NVLS efficiency must be in (0, 1], got {nvls.efficiency}")
+        self.nvls = nvls
+        self.nvls_efficiency = None if nvls is None else nvls.efficiency
         self._structures: dict[str, list[_PricedPhase]] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -325,6 +327,8 @@ class CollectiveModel:
         cap_Bps = table.ll_bus_cap_Bps(protocol, nodes)
         if np.isfinite(cap_Bps) and transfer_s > 0:
             transfer_s = max(transfer_s, nbytes / (cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))))
+        if algorithm == NVLS and transfer_s > 0:
+            transfer_s = max(transfer_s, nbytes * 2 * (n - 1) / n / self._nvls_tree_bus_cap_Bps())
         transfer_s /= table.size_correction(algorithm, protocol, nbytes)
         return (table.base_latency(algorithm, protocol) + latency_s) * plateau + transfer_s
 
@@ -363,8 +367,19 @@ class CollectiveModel:
             if np.isfinite(cap_Bps) and spb > 0 and n > 1:
                 algbw_cap = cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))
                 base = max(base, 1.0 / (spb * algbw_cap))
+            tree_cap_Bps = self._nvls_tree_bus_cap_Bps() if algorithm == NVLS else float("inf")
+            if np.isfinite(tree_cap_Bps) and spb > 0:
+                base = max(base, 2 * (n - 1) / n / (spb * tree_cap_Bps))
             self._stretch_base[key] = base
         return base / table.size_correction(algorithm, protocol, nbytes)
+
+    def _nvls_tree_bus_cap_Bps(self) -> float:
+        """NCCL's ceiling on an NVLS tree's bus bandwidth: its channels (one per head, i.e. per NIC
+        here) times the GPU's per-channel ceiling for 2 nodes or for 3 and more (inf on one node)."""
+        nodes = self.topology.nodes
+        if self.nvls is None or nodes < 2 or not self.nvls.tree_channel_Bps:
+            return float("inf")
+        return self.channels * self.nvls.tree_channel_Bps[0 if nodes == 2 else -1]
 
     def base_latency_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
         """The once-per-call latency: the table's base latency, times NCCL's ring plateau factor
@@ -703,8 +718,8 @@ def closed_form_s(
         switch_s = nbytes * (g + 1) / g / intra_Bps if g > 1 else 0.0
         net_s = 0.0
         if nodes > 1:
-            heads: Counter[int] = Counter(order[0] for order in channel_orders(g, channels))
-            net_s = tree_max_degree(nodes) * max(heads.values()) * nbytes / (2 * channels) / inter_Bps
+            per_head = Counter(order[0] for order in channel_orders(g, channels))
+            net_s = tree_max_degree(nodes) * max(per_head.values()) * nbytes / (2 * channels) / inter_Bps
         return latency + max(switch_s, net_s)
     latency = 2 * (g - 1) * intra_s + 2 * (nodes - 1) * inter_s
     intra_transfer = 2 * (g - 1) / g * nbytes / intra_Bps if g > 1 else 0.0

@@ -12,6 +12,8 @@ on (see ``docs/nvls.md``).
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.schema import ClusterSpec
@@ -19,8 +21,19 @@ from ddpsim.scenario.schema import ClusterSpec
 FIELD = "cluster.intra_node.nvls"
 
 
-def nvls_efficiency(cluster: ClusterSpec) -> float | None:
-    """NCCL's NVLS efficiency for this cluster's GPUs where NVLS runs, else None.
+class NvlsSpec(NamedTuple):
+    """NVLink SHARP of a node as NCCL's model rates it (catalog values of the GPU).
+
+    efficiency: ``nvlsEfficiency``, on the switch's share of the NVLink rate.
+    tree_channel_Bps: ceiling of one NVLS tree channel's bus bandwidth, (2 nodes, 3 or more); () none.
+    """
+
+    efficiency: float
+    tree_channel_Bps: tuple[float, ...] = ()
+
+
+def nvls_of(cluster: ClusterSpec) -> NvlsSpec | None:
+    """NCCL's NVLS figures for this cluster's GPUs where NVLS runs, else None.
 
     ``nvls`` auto: on where the hardware has it; on: the same, but a ScenarioError where it does not
     (the user said their cluster runs it); off: never (NCCL_NVLS_ENABLE=0).
@@ -39,7 +52,7 @@ def nvls_efficiency(cluster: ClusterSpec) -> float | None:
     elif cluster.gpus_per_node < 2:
         lacks = "a node of one GPU has nothing to reduce in its switch"
     if not lacks:
-        return gpu.nvls_efficiency
+        return NvlsSpec(gpu.nvls_efficiency, gpu.nvls_tree_channel_Bps)
     if mode == "on":
         raise ScenarioError(f"nvls is on, but {lacks}", field=FIELD)
     return None

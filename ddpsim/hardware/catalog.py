@@ -13,6 +13,8 @@ small-batch models. All three are defaults a calibration replaces.
 ``nvls_efficiency``: NVLink SHARP (NVLS, the NVSwitch reducing in the switch) as NCCL's cost model
 rates it per GPU generation (NVIDIA/nccl ``nvlsEfficiency``, read at NCCL 2.23-2.29: Volta and Ampere
 0, Hopper 0.85, Blackwell 0.74); 0 for a GPU without it (no NVLink 4 NVSwitch: V100, A100, H100 PCIe).
+``nvls_tree_channel_Bps``: NCCL's ceiling on one NVLS tree channel's bus bandwidth (``perChMaxNVLSTreeBws``,
+2 nodes and 3 or more: Hopper 57.7 and 45.5 GB/s, Blackwell 96 and 80 GB/s as read at NCCL 2.27-2.29).
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class GPUSpec:
     sm_count: int
     memory_efficiency: float = 0.8
     nvls_efficiency: float = 0.0
+    nvls_tree_channel_Bps: tuple[float, ...] = ()
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def __hash__(self) -> int:
@@ -105,6 +108,7 @@ GPUS: dict[str, GPUSpec] = {
         kernel_launch_s=4e-6,
         sm_count=132,
         nvls_efficiency=0.85,
+        nvls_tree_channel_Bps=(57.7e9, 45.5e9),
         aliases=("H100-SXM", "H100-SXM5", "H100-80GB", "H100-SXM5-80GB"),
     ),
     # NVIDIA H100 PCIe 80GB: FP32 51 TF, TF32 378 TF, BF16 756 TF dense, HBM2e 2.0 TB/s, 114 SMs.
@@ -127,6 +131,7 @@ GPUS: dict[str, GPUSpec] = {
         kernel_launch_s=4e-6,
         sm_count=132,
         nvls_efficiency=0.85,
+        nvls_tree_channel_Bps=(57.7e9, 45.5e9),
         aliases=("H200-SXM", "H200-141GB"),
     ),
     # NVIDIA HGX B200 datasheet, per GPU (the 8-GPU figures / 8, sparsity removed): FP32 75 TF,
@@ -140,6 +145,7 @@ GPUS: dict[str, GPUSpec] = {
         kernel_launch_s=4e-6,
         sm_count=148,
         nvls_efficiency=0.74,
+        nvls_tree_channel_Bps=(96e9, 80e9),
         aliases=("B200-SXM", "HGX-B200"),
     ),
 }
