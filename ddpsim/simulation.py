@@ -18,6 +18,7 @@ import simpy
 
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.collectives import CollectiveModel
+from ddpsim.collectives.nvls import nvls_of
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
 from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
@@ -79,13 +80,14 @@ def prepare(scenario: Scenario) -> Prepared:
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         topology = build_topology(scenario.cluster)
+        nvls = nvls_of(scenario.cluster)
     except ScenarioError as exc:
         if exc.file is None:
             raise ScenarioError(exc.detail, file=scenario.source, field=exc.field) from None
         raise
     if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
         topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
-    collectives = CollectiveModel(topology, protocol_table)
+    collectives = CollectiveModel(topology, protocol_table, nvls=nvls)
     measured_in = workload.measured.source if workload.measured is not None else None
     measured_how = workload.measured.how if workload.measured is not None else ""
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,

@@ -48,3 +48,27 @@ def test_uncalibrated_multi_node_a100_guard():
         # Guard only: fails if a change makes this worse, or flips the sign without a look here.
         assert s.mean_abs_pct < 70.0
         assert s.mean_signed_pct < 0.0
+
+
+def _busbw_errors(label_start: str, min_bytes: int) -> list[float]:
+    _, detail = ext.h100_uncalibrated()
+    return [predicted / measured - 1 for label, size, measured, predicted, _ in detail
+            if label.startswith(label_start) and size >= min_bytes]
+
+
+def test_nvls_8_h100_reaches_the_measured_bus_bandwidth():
+    # vpbench's 8 x H100 (NCCL 2.24, NVLS on by default): 469-480 GB/s busbw from 1 GiB; ddpsim's NVLS
+    # (datasheet 450 GB/s x NVLink 0.79 x NCCL's nvlsEfficiency 0.85, nothing fitted) gives 467-470.
+    # Target: within 10 %. Below 1 GiB ddpsim is too fast (NCCL's NVLS pipeline fill is not modelled).
+    errors = _busbw_errors("H100 8 GPUs (vpbench", 2**30)
+    assert len(errors) == 4
+    assert max(abs(e) for e in errors) < 0.10
+
+
+def test_a3_mega_large_sizes_run_the_nvls_tree():
+    # GCP A3 Mega, 2 x 8 H100, 8 x 200 Gb/s per VM: 318-339 GB/s busbw from 2 GiB, above the 188 GB/s
+    # a ring reaches over those NICs; the NVLS tree (NIC-bound at 2 x 15/16 x 8 x 25 GB/s x 0.94) gives
+    # 351-352. Within 15 % from 2 GiB only: below, GPUDirect-TCPXO's latency is not modelled.
+    errors = _busbw_errors("H100 16 GPUs (GCP A3 Mega", 2 * 2**30)
+    assert len(errors) == 3
+    assert max(abs(e) for e in errors) < 0.15

@@ -13,8 +13,8 @@ measured 2-node bus bandwidth (about 125 GB/s, as at 4-16 nodes) agrees with rin
 tables (vpbench 4 nodes, GCP A3 Mega 2 nodes) have one node count each, so nothing can be fitted
 on one count and checked on another; ``validation/evidence/stages/external_accuracy.py`` prints their uncalibrated errors
 for the record (no test here: there is nothing to hold them against)
-(the A3 Mega run reached 338 GB/s bus bandwidth over 8 x 200 Gb/s, more than any ring can: NCCL
-must have run a tree or NVLS tree there, which NCCL's model and ddpsim do not pick).
+(the A3 Mega run reached 338 GB/s bus bandwidth over 8 x 200 Gb/s, more than any ring can: NCCL ran
+its NVLS tree there, which ddpsim now picks on H100 NVSwitch nodes; tests/test_external.py checks it).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ from typing import Any
 from ddpsim.calibration.fit import fit_link_class
 from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import CollectiveModel, ProtocolTable
+from ddpsim.collectives.nvls import nvls_of
 from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology
@@ -405,7 +406,7 @@ def h100_cases() -> list[H100Case]:
     return [
         H100Case("H100 8 GPUs (vpbench, NVLS)", "vpbench_h100_allreduce.csv", 8,
                  lambda: cluster_spec("H100", 1, 8, nvsw),
-                 "NCCL used NVLS (peak busbw 480 > ring ceiling); ddpsim has no NVLS"),
+                 "NCCL used NVLS (peak busbw 480 > ring ceiling); nccl-tests -g 8 (one process)"),
         H100Case("H100 32 GPUs (vpbench, 4 nodes)", "vpbench_h100_allreduce.csv", 32,
                  lambda: cluster_spec("H100", 4, 8, nvsw, rail400),
                  "fabric unclear (IB 3 ports/node vs TCP); modelled 8x400G rails"),
@@ -415,21 +416,29 @@ def h100_cases() -> list[H100Case]:
     ]
 
 
-def h100_uncalibrated(data_dir: str | os.PathLike[str] | None = None
+def h100_uncalibrated(data_dir: str | os.PathLike[str] | None = None, nvls: bool = True,
                       ) -> tuple[list[ErrorStats], list[tuple[str, int, float, float, str]]]:
-    """Per case: error stats (sizes >= 1 MiB) and per-size (label, bytes, measured, predicted busbw, choice)."""
+    """Per case: error stats (sizes >= 1 MiB) and per-size (label, bytes, measured, predicted busbw, choice).
+
+    ``nvls``: NVLink SHARP as the scenario's default (auto: on, as NCCL has it on these NVSwitch
+    nodes); False is the diagnostic of NCCL_NVLS_ENABLE=0.
+    """
     out, detail = [], []
     for case in h100_cases():
         rows = [r for r in load_allreduce(case.file, data_dir) if r.gpus == case.gpus]
-        model = CollectiveModel(build_topology(case.cluster()))
-        stats = ErrorStats(case.label, note=case.caveat)
+        cluster = case.cluster()
+        model = CollectiveModel(build_topology(cluster), nvls=nvls_of(cluster) if nvls else None)
+        label = case.label if nvls else f"{case.label} nvls off"
+        stats = ErrorStats(label, note=case.caveat)
         for r in rows:
             predicted = model.allreduce_time_s(r.bytes)
             stats.add(predicted, r.time_s)
             factor = 2 * (r.gpus - 1) / r.gpus
-            detail.append((case.label, r.bytes, r.bytes / r.time_s * factor / 1e9,
+            detail.append((label, r.bytes, r.bytes / r.time_s * factor / 1e9,
                            r.bytes / predicted * factor / 1e9, "/".join(model.choose(r.bytes))))
         out.append(stats)
+    if not nvls:
+        return out, detail
     # ASTRA-sim's HGX-H100 plot forces NCCL Ring: the fair single-node H100 check (digitized, >= 16 MiB)
     astra = [r for r in read_rows("astra_sim_docs_allreduce_digitized.csv", data_dir) if "H100" in r["hardware"]]
     for gpus, group in _group(astra, lambda r: int(r["gpus"])).items():

@@ -88,7 +88,8 @@ def run_scenario(
         "gpu": run_gpu(run),
         "nodes": nodes,
         "gpus_per_node": world // nodes,
-        "intra_node": {"type": intra_type_of_class(run["transport"])},
+        # the lent machines run NCCL_NVLS_ENABLE=0: NCCL never ran NVLink SHARP in these runs
+        "intra_node": {"type": intra_type_of_class(run["transport"]), "nvls": "off"},
     }
     if nodes > 1:
         # the harness's nodes share one NIC path (NCCL's socket transport); the fitted network's bus

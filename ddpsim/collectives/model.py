@@ -27,9 +27,11 @@ import numpy as np
 import simpy
 
 from ddpsim.collectives.nccl_tuning import NcclTuning
+from ddpsim.collectives.nvls import NvlsSpec
 from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
 from ddpsim.collectives.schedules import (
     ALGORITHMS,
+    NVLS,
     Phase,
     Transfer,
     build_schedule,
@@ -42,7 +44,8 @@ from ddpsim.collectives.schedules import (
 from ddpsim.network import FlowBatch, FlowNetwork, LinkMatrix, max_min_rates
 from ddpsim.topology import TRANSPORTS, Topology
 
-# NCCL's automatic choice weighs Ring and Tree only; hierarchical is there when asked for by name.
+# NCCL's automatic choice weighs Ring and Tree, and NVLS where the node has NVLink SHARP (scanned
+# last, as NCCL's algorithm order has it); hierarchical is there when asked for by name.
 AUTO_ALGORITHMS = ("ring", "tree")
 
 
@@ -66,15 +69,22 @@ class CollectiveModel:
 
     channels: parallel rings/trees, each leaving a node through its own NIC (None: one per
     network port of a node, as NCCL spreads its channels over NICs; 1 on a single node).
+    nvls: NVLink SHARP on this topology's nodes, as NCCL rates it for the GPU (``nvls.nvls_of``
+    reads it off a scenario); None: no NVLS (NCCL_NVLS_ENABLE=0, or a node without it). With it,
+    "nvls" is an algorithm and ``choose`` weighs it.
     """
 
     def __init__(self, topology: Topology, protocol_table: ProtocolTable | None = None,
-                 channels: int | None = None) -> None:
+                 channels: int | None = None, nvls: NvlsSpec | None = None) -> None:
         self.topology = topology
         self.protocol_table = ProtocolTable() if protocol_table is None else protocol_table
         self.channels = max(1, topology.nics_per_node) if channels is None else channels
         if self.channels < 1:
             raise ValueError(f"channels must be >= 1, got {channels}")
+        if nvls is not None and not 0 < nvls.efficiency <= 1:
+            raise ValueError(f"NVLS efficiency must be in (0, 1], got {nvls.efficiency}")
+        self.nvls = nvls
+        self.nvls_efficiency = None if nvls is None else nvls.efficiency
         self._structures: dict[str, list[_PricedPhase]] = {}
         self._times: dict[tuple[str, str, float], float] = {}
         self._coefficients: dict[tuple[str, str], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -90,8 +100,10 @@ class CollectiveModel:
         NCCL's own estimate, not necessarily the fastest price here (NCCL runs its pick even where
         another would be faster). Ties keep NCCL's order (ring before tree, LL before LL128 before
         Simple). A forced algorithm with protocol "auto" still gets the protocol NCCL would pick."""
-        algorithms = AUTO_ALGORITHMS if algorithm == "auto" else (_check_algorithm(algorithm),)
+        algorithms = self.auto_algorithms if algorithm == "auto" else (_check_algorithm(algorithm),)
         protocols = self.protocol_table.protocols if protocol == "auto" else (_check_protocol(protocol),)
+        if algorithms == (NVLS,):
+            return NVLS, "simple"  # NCCL runs NVLS with the Simple protocol only
         if len(algorithms) * len(protocols) == 1:
             return algorithms[0], protocols[0]
         tuning = self._nccl_tuning()
@@ -104,11 +116,18 @@ class CollectiveModel:
         best: tuple[float, str, str] | None = None
         for alg in algorithms:
             for proto in protocols:
+                if alg == NVLS and proto != "simple":
+                    continue
                 time_s = self.tuning_time_s(nbytes, alg, proto)
                 if best is None or time_s < best[0]:
                     best = (time_s, alg, proto)
         assert best is not None
         return best[1], best[2]
+
+    @property
+    def auto_algorithms(self) -> tuple[str, ...]:
+        """What ``choose`` weighs under "auto": ring and tree, and NVLS where the nodes have it."""
+        return AUTO_ALGORITHMS + ((NVLS,) if self.nvls_efficiency is not None else ())
 
     def tuning_time_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
         """NCCL's estimate of an all-reduce, the one its choice minimises.
@@ -277,6 +296,10 @@ class CollectiveModel:
             return bandwidth, table.hop_latency(transport, algorithm, protocol, route.latency_s)
 
         intra_Bps, intra_s = hop(0, 1) if g > 1 else (1.0, 0.0)
+        if algorithm == NVLS:
+            if self.nvls_efficiency is None:
+                raise ValueError("nvls needs NVLink SHARP (nvls_efficiency)")
+            intra_Bps *= self.nvls_efficiency
         if algorithm == "ring":
             intra_s = max(intra_s, table.ring_intra_floor_s(protocol, nodes))
         switched = True
@@ -304,6 +327,8 @@ class CollectiveModel:
         cap_Bps = table.ll_bus_cap_Bps(protocol, nodes)
         if np.isfinite(cap_Bps) and transfer_s > 0:
             transfer_s = max(transfer_s, nbytes / (cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))))
+        if algorithm == NVLS and transfer_s > 0:
+            transfer_s = max(transfer_s, nbytes * 2 * (n - 1) / n / self._nvls_tree_bus_cap_Bps())
         transfer_s /= table.size_correction(algorithm, protocol, nbytes)
         return (table.base_latency(algorithm, protocol) + latency_s) * plateau + transfer_s
 
@@ -342,8 +367,19 @@ class CollectiveModel:
             if np.isfinite(cap_Bps) and spb > 0 and n > 1:
                 algbw_cap = cap_Bps * (0.5 if algorithm == "tree" else n / (2 * (n - 1)))
                 base = max(base, 1.0 / (spb * algbw_cap))
+            tree_cap_Bps = self._nvls_tree_bus_cap_Bps() if algorithm == NVLS else float("inf")
+            if np.isfinite(tree_cap_Bps) and spb > 0:
+                base = max(base, 2 * (n - 1) / n / (spb * tree_cap_Bps))
             self._stretch_base[key] = base
         return base / table.size_correction(algorithm, protocol, nbytes)
+
+    def _nvls_tree_bus_cap_Bps(self) -> float:
+        """NCCL's ceiling on an NVLS tree's bus bandwidth: its channels (one per head, i.e. per NIC
+        here) times the GPU's per-channel ceiling for 2 nodes or for 3 and more (inf on one node)."""
+        nodes = self.topology.nodes
+        if self.nvls is None or nodes < 2 or not self.nvls.tree_channel_Bps:
+            return float("inf")
+        return self.channels * self.nvls.tree_channel_Bps[0 if nodes == 2 else -1]
 
     def base_latency_s(self, nbytes: float, algorithm: str, protocol: str) -> float:
         """The once-per-call latency: the table's base latency, times NCCL's ring plateau factor
@@ -415,6 +451,9 @@ class CollectiveModel:
         """The algorithm's phases for an all-reduce of ``nbytes`` on this topology, as simulated
         (hierarchical as one pipeline)."""
         topo = self.topology
+        if algorithm == NVLS and self.nvls_efficiency is None:
+            raise ValueError("nvls needs NVLink SHARP: an nvswitch node of H100/H200/B200 with cluster.intra_node.nvls "
+                             "not off")
         phases = build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
         if algorithm == "hierarchical":
             phases = _pipelined_hierarchical(phases, topo.gpus_per_node, topo.nodes)
@@ -506,10 +545,16 @@ class CollectiveModel:
         key = (algorithm, protocol)
         cached = self._coefficients.get(key)
         if cached is None:
+            if algorithm == NVLS and protocol != "simple":
+                raise ValueError(f"NCCL runs NVLS with the simple protocol only, not {protocol!r}")
             table = self.protocol_table
             offset = np.array([table.hop_latency(t, algorithm, protocol, 0.0) for t in TRANSPORTS])
             slope = np.array([table.hop_latency(t, algorithm, protocol, 1.0) for t in TRANSPORTS]) - offset
             efficiency = np.array([table.efficiency(protocol, t) for t in TRANSPORTS])
+            if algorithm == NVLS and self.nvls_efficiency is not None:
+                # NCCL's nvlsEfficiency: what the switch's reduction leaves of the NVLink rate,
+                # on the switch traffic only (the NICs of an NVLS tree run at their own rate)
+                efficiency[TRANSPORTS.index("nvlink")] *= self.nvls_efficiency
             cached = self._coefficients[key] = (slope, offset, efficiency)
         return cached
 
@@ -567,8 +612,8 @@ def _most_switched(pairs: dict[tuple[int, int], int]) -> int:
 
 
 def _check_algorithm(algorithm: str) -> str:
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")
+    if algorithm not in ALGORITHMS and algorithm != NVLS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join((*ALGORITHMS, NVLS))}")
     return algorithm
 
 
@@ -614,6 +659,9 @@ def closed_form_s(
       channel) and v the most on one NIC (a head's edges over both trees).
     hierarchical, pipelined (chunks flow through the three phases at once, NCCL-style):
       2(g-1)·α_intra + 2(N-1)·α_inter + max(2(g-1)/g·S/B_intra, 2(N-1)/N·S/g/B_inter).
+    nvls (NVLink SHARP; ``bandwidth_Bps`` already times NCCL's NVLS efficiency): one switch hop, and
+      across nodes the tree's: α_intra + 2·D·α_inter + max((g+1)/g·S/B_intra, v·S/(2c)/B_inter),
+      every GPU's switch link carrying S (g+1)/g each way and the heads' NICs the tree's flows.
     """
     algorithm = _check_algorithm(algorithm)
     if nodes < 1 or n_ranks % nodes:
@@ -665,6 +713,14 @@ def closed_form_s(
             inter_flows = tree_max_degree(nodes) * max(heads.values())
         latency = 2 * ((g - 1) * intra_s + tree_depth(nodes) * inter_s)
         return latency + nbytes / (2 * channels) * max(intra_flows / intra_Bps, inter_flows / inter_Bps)
+    if algorithm == NVLS:
+        latency = (intra_s if g > 1 else 0.0) + 2 * tree_depth(nodes) * inter_s
+        switch_s = nbytes * (g + 1) / g / intra_Bps if g > 1 else 0.0
+        net_s = 0.0
+        if nodes > 1:
+            per_head = Counter(order[0] for order in channel_orders(g, channels))
+            net_s = tree_max_degree(nodes) * max(per_head.values()) * nbytes / (2 * channels) / inter_Bps
+        return latency + max(switch_s, net_s)
     latency = 2 * (g - 1) * intra_s + 2 * (nodes - 1) * inter_s
     intra_transfer = 2 * (g - 1) / g * nbytes / intra_Bps if g > 1 else 0.0
     inter_transfer = 2 * (nodes - 1) / nodes * (nbytes / g) / inter_Bps if nodes > 1 else 0.0

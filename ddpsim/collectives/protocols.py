@@ -84,7 +84,8 @@ _US = 1e-6
 
 def _nccl_base_latency_s() -> dict[tuple[str, str], float]:
     us = {("ring", "ll"): 6.6, ("ring", "ll128"): 14.0, ("ring", "simple"): 8.4,
-          ("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4}
+          ("tree", "ll"): 6.8, ("tree", "ll128"): 14.0, ("tree", "simple"): 8.4,
+          ("nvls", "simple"): 0.0}
     return {key: value * _US for key, value in us.items()}
 
 
@@ -95,12 +96,17 @@ def _nccl_hop_latency_s() -> dict[tuple[str, str, str], float]:
         "net": {"tree": (5.0, 8.5, 14.0), "ring": (2.7, 4.0, 14.0)},
     }
     table["shm"] = table["pci"]  # NCCL's SHM transport is costed on its PCI latencies
-    return {
+    out = {
         (transport, algorithm, protocol): value * _US
         for transport, by_algorithm in table.items()
         for algorithm, values in by_algorithm.items()
         for protocol, value in zip(PROTOCOL_NAMES, values, strict=True)
     }
+    # NVLS and NVLS tree, Simple only (NCCL 2.23-2.29 hwLat): 25 us through the switch; a NET hop of the
+    # NVLS tree 20.9 us (NCCL's NVLS proper across nodes needs CollNet, which ddpsim does not model)
+    out[("nvlink", "nvls", "simple")] = 25.0 * _US
+    out[("net", "nvls", "simple")] = 20.9 * _US
+    return out
 
 
 def _nccl_efficiency() -> dict[str, float]:
@@ -198,7 +204,8 @@ class ProtocolTable:
         where it holds for the simulated shape, ``CollectiveModel.choose`` picks from it as NCCL
         does. None (NCCL's logged table unknown): the choice is played from this table's model.
 
-    Hierarchical all-reduce is made of rings, so it is priced with the ring's entries.
+    Hierarchical all-reduce is made of rings, so it is priced with the ring's entries; NVLS ("nvls")
+    has its own (Simple only), its bandwidth factor is the GPU's (``CollectiveModel(nvls_efficiency)``).
     """
 
     base_latency_s: dict[tuple[str, str], float] = field(default_factory=_nccl_base_latency_s)
@@ -345,7 +352,7 @@ class ProtocolTable:
 
     @staticmethod
     def _family(algorithm: str) -> str:
-        return "tree" if algorithm == "tree" else "ring"
+        return algorithm if algorithm in ("tree", "nvls") else "ring"
 
     def base_latency(self, algorithm: str, protocol: str) -> float:
         return self.base_latency_s.get((self._family(algorithm), protocol), 0.0)

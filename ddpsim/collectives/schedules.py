@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 ALGORITHMS = ("ring", "tree", "hierarchical")
+# NVLink SHARP: only where the node has it (``CollectiveModel(nvls_efficiency=...)``), so not in ALGORITHMS
+NVLS = "nvls"
 
 
 class Transfer(NamedTuple):
@@ -171,35 +173,85 @@ def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int
         return []
     g = gpus_per_node
     half = nbytes / (2 * channels)
-    trees = double_binary_tree(n_nodes)
     orders = channel_orders(g, channels)
     local = tree_local_pairs(g, channels)
     transfers = [Transfer(node * g + a, node * g + b, half, m) for node in range(n_nodes) for (a, b), m in local.items()]
+    transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(n_nodes, g, orders).items())
+    order = orders[0]
+    chain = [(order[p], order[p - 1]) for p in range(g - 1, 0, -1)]  # far end of channel 0's chain to its head
+    up_path = _deepest_up_path(n_nodes, g, order[0], chain)
+    down_path = [(dst, src) for src, dst in reversed(up_path)]
+    return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path), label="double binary tree")]
+
+
+def _head_tree_pairs(n_nodes: int, g: int, orders: list[list[int]]) -> Counter[tuple[int, int]]:
+    """Flows between nodes of NCCL's double binary tree, one per tree edge, direction and channel,
+    between the channels' head GPUs (each channel's first GPU), by (src rank, dst rank)."""
     across: Counter[tuple[int, int]] = Counter()
     for order in orders:
         head = order[0]
-        for parents in trees:
+        for parents in double_binary_tree(n_nodes):
             for node, parent in enumerate(parents):
                 if parent != -1:
                     across[(node * g + head, parent * g + head)] += 1
                     across[(parent * g + head, node * g + head)] += 1
-    transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in across.items())
-    # the deepest node of the deeper tree, entered at the far end of channel 0's chain
+    return across
+
+
+def _deepest_up_path(n_nodes: int, g: int, head: int, local: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """A chunk's way up: the ``local`` hops (local GPU pairs) inside the deepest node of the deeper
+    of NCCL's two trees, then its heads' tree edges to the root."""
+    trees = double_binary_tree(n_nodes)
     best_depth, best_tree, best_node = -1, 0, 0
     for t, parents in enumerate(trees):
         depths = _depths(parents)
         deepest = max(range(n_nodes), key=depths.__getitem__)
         if depths[deepest] > best_depth:
             best_depth, best_tree, best_node = depths[deepest], t, deepest
-    order = orders[0]
     base = best_node * g
-    up_path: list[tuple[int, int]] = [(base + order[p], base + order[p - 1]) for p in range(g - 1, 0, -1)]
+    path = [(base + a, base + b) for a, b in local]
     node, parents = best_node, trees[best_tree]
     while parents[node] != -1:
-        up_path.append((node * g + order[0], parents[node] * g + order[0]))
+        path.append((node * g + head, parents[node] * g + head))
         node = parents[node]
-    down_path = [(dst, src) for src, dst in reversed(up_path)]
-    return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path), label="double binary tree")]
+    return path
+
+
+def nvls_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, heads: int = 1) -> list[Phase]:
+    """NVLink SHARP all-reduce (NCCL's NVLS on one node, NVLS tree across nodes) as one pipelined phase.
+
+    The NVSwitch reduces and multicasts: each GPU of a node sends its whole buffer S into the switch
+    and gets its 1/g shard back reduced, then stores that shard once into the switch, which copies
+    it to every GPU (multimem loads and stores). Every GPU's link to the switch carries S + S/g each
+    way, i.e. S (g+1)/g, the bandwidth NCCL's NVLS graph search reserves (a channel's head GPU twice
+    its share, the other GPUs once). Written as flows between GPU pairs of a node: S (g+1)/(g (g-1))
+    from each GPU to each other, which loads every up- and down-link of a switch exactly so.
+
+    Across nodes (NVLS tree) each of ``heads`` channels takes S/heads through its head GPU's NIC,
+    over NCCL's double binary tree between nodes (half on each tree, every edge both ways), as the
+    tree algorithm does; the switch traffic inside each node is as above.
+
+    Latency, as NCCL's model counts it: one switch hop, plus up and down the deepest tree path.
+    """
+    n_nodes = _check(n_ranks, gpus_per_node)
+    g = gpus_per_node
+    if n_ranks < 2:
+        return []
+    transfers: list[Transfer] = []
+    if g > 1:
+        pair = nbytes * (g + 1) / (g * (g - 1))
+        transfers = [Transfer(node * g + a, node * g + b, pair) for node in range(n_nodes)
+                     for a in range(g) for b in range(g) if a != b]
+    orders = channel_orders(g, heads)
+    if n_nodes > 1:
+        half = nbytes / (2 * heads)
+        transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(n_nodes, g, orders).items())
+    head = orders[0][0]
+    local = [((head + 1) % g, head)] if g > 1 else []  # the multicast hop into the head's shard
+    up_path = _deepest_up_path(n_nodes, g, head, local)
+    down_path = [(dst, src) for src, dst in reversed(up_path[len(local):])]
+    return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path),
+                  label="NVLS" if n_nodes == 1 else "NVLS tree")]
 
 
 def tree_depth(n_nodes: int) -> int:
@@ -247,11 +299,13 @@ def hierarchical_schedule(n_ranks: int, gpus_per_node: int, nbytes: float) -> li
 
 def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
     """The schedule of one all-reduce of ``nbytes`` per rank (hierarchical ignores ``channels``:
-    its per-rail rings already use every NIC)."""
+    its per-rail rings already use every NIC; NVLS takes them as its heads)."""
     if algorithm == "ring":
         return ring_schedule(n_ranks, nbytes, gpus_per_node, channels)
     if algorithm == "tree":
         return tree_schedule(n_ranks, gpus_per_node, nbytes, channels)
     if algorithm == "hierarchical":
         return hierarchical_schedule(n_ranks, gpus_per_node, nbytes)
+    if algorithm == NVLS:
+        return nvls_schedule(n_ranks, gpus_per_node, nbytes, channels)
     raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")

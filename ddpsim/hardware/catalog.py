@@ -9,6 +9,12 @@ figure there because that is what ``torch.cuda.mem_get_info`` reports).
 (typically 40-65 %); ``memory_efficiency`` the fraction of bandwidth elementwise kernels reach;
 ``kernel_launch_s`` the fixed per-kernel GPU cost (launch, tail, and sync gaps), which dominates
 small-batch models. All three are defaults a calibration replaces.
+
+``nvls_efficiency``: NVLink SHARP (NVLS, the NVSwitch reducing in the switch) as NCCL's cost model
+rates it per GPU generation (NVIDIA/nccl ``nvlsEfficiency``, read at NCCL 2.23-2.29: Volta and Ampere
+0, Hopper 0.85, Blackwell 0.74); 0 for a GPU without it (no NVLink 4 NVSwitch: V100, A100, H100 PCIe).
+``nvls_tree_channel_Bps``: NCCL's ceiling on one NVLS tree channel's bus bandwidth (``perChMaxNVLSTreeBws``,
+2 nodes and 3 or more: Hopper 57.7 and 45.5 GB/s, Blackwell 96 and 80 GB/s as read at NCCL 2.27-2.29).
 """
 
 from __future__ import annotations
@@ -34,6 +40,8 @@ class GPUSpec:
     kernel_launch_s: float
     sm_count: int
     memory_efficiency: float = 0.8
+    nvls_efficiency: float = 0.0
+    nvls_tree_channel_Bps: tuple[float, ...] = ()
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
     def __hash__(self) -> int:
@@ -99,6 +107,8 @@ GPUS: dict[str, GPUSpec] = {
         default_compute_efficiency=0.5,
         kernel_launch_s=4e-6,
         sm_count=132,
+        nvls_efficiency=0.85,
+        nvls_tree_channel_Bps=(57.7e9, 45.5e9),
         aliases=("H100-SXM", "H100-SXM5", "H100-80GB", "H100-SXM5-80GB"),
     ),
     # NVIDIA H100 PCIe 80GB: FP32 51 TF, TF32 378 TF, BF16 756 TF dense, HBM2e 2.0 TB/s, 114 SMs.
@@ -120,6 +130,8 @@ GPUS: dict[str, GPUSpec] = {
         default_compute_efficiency=0.5,
         kernel_launch_s=4e-6,
         sm_count=132,
+        nvls_efficiency=0.85,
+        nvls_tree_channel_Bps=(57.7e9, 45.5e9),
         aliases=("H200-SXM", "H200-141GB"),
     ),
     # NVIDIA HGX B200 datasheet, per GPU (the 8-GPU figures / 8, sparsity removed): FP32 75 TF,
@@ -132,6 +144,8 @@ GPUS: dict[str, GPUSpec] = {
         default_compute_efficiency=0.45,
         kernel_launch_s=4e-6,
         sm_count=148,
+        nvls_efficiency=0.74,
+        nvls_tree_channel_Bps=(96e9, 80e9),
         aliases=("B200-SXM", "HGX-B200"),
     ),
 }

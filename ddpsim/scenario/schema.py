@@ -39,6 +39,7 @@ INTER_NODE_TYPES = ("rail-fat-tree", "fat-tree", "ethernet", "none")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 PROTOCOLS = ("auto", "simple", "ll", "ll128")
 COMM_HOOKS = ("none", "fp16", "bf16")
+NVLS_MODES = ("auto", "on", "off")
 MODES = ("auto", "detailed", "fast")
 STRATEGIES = ("ddp", "zero1", "zero2", "zero3")
 SHARD_DTYPES = ("auto", "fp32", "bf16", "fp16")
@@ -97,6 +98,9 @@ class IntraNodeSpec:
                                 default_text=_BANDWIDTH_BY_TYPE, **BANDWIDTH_BOUNDS)
     latency_s: float = spec("latency", "time", "per hop", None, code_default=False, default_text=_LATENCY_BY_TYPE,
                             **LATENCY_BOUNDS)
+    nvls: str = spec("nvls", "choice", "NVLink SHARP (NCCL's NVLS and NVLS tree): auto = on for an nvswitch node of "
+                     "GPUs that have it (H100/H200 SXM, B200), as NCCL enables it; on = the same, an error where "
+                     "the GPU or link lacks it; off = NCCL_NVLS_ENABLE=0", "auto", choices=NVLS_MODES)
 
 
 @dataclass(frozen=True)

@@ -125,7 +125,9 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
         raise ScenarioError(f"unknown transport {run['transport']!r}", file=run.get("_source"),
                             field=f"{where}.transport") from None
     cluster: dict[str, Any] = {"gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))), "nodes": nodes,
-                               "gpus_per_node": world // nodes, "intra_node": {"type": intra}}
+                               "gpus_per_node": world // nodes,
+                               # the lent machines run NCCL_NVLS_ENABLE=0
+                               "intra_node": {"type": intra, "nvls": "off"}}
     if nodes > 1:
         cluster["inter_node"] = {"type": "fat-tree", "nics_per_node": 1}
     strategy = str(run["strategy"])

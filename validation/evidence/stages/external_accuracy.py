@@ -47,12 +47,14 @@ def main(argv: list[str] | None = None) -> int:
             f"held-out 32..128 (intra busbw {info['intra_busbw_GBps']:.0f} GB/s, scale {info['nic_scale']:.2f}, "
             f"16-GPU fit error {info['fit_mean_error_16_pct']:.1f}%)", stats))
     print()
-    stats, detail = ext.h100_uncalibrated()
-    print(ext.format_table("3. H100, uncalibrated, sizes >= 1 MiB (see notes: NVLS / unknown fabric)", stats))
-    print(f"  {'case':<34} {'MiB':>6} {'meas busbw':>10} {'pred busbw':>10}  choice")
-    for label, size, measured, predicted, choice in detail:
-        if size >> 20 in (1, 16, 256, 1024, 8192):
-            print(f"  {label:<34} {size >> 20:>6} {measured:>10.0f} {predicted:>10.0f}  {choice}")
+    for nvls, title in ((True, "3. H100, uncalibrated, NVLink SHARP as NCCL's default (nvls: auto), sizes >= 1 MiB"),
+                        (False, "3'. same with nvls: off (diagnostic: NCCL_NVLS_ENABLE=0)")):
+        stats, detail = ext.h100_uncalibrated(nvls=nvls)
+        print(ext.format_table(title, stats))
+        print(f"  {'case':<44} {'MiB':>6} {'meas busbw':>10} {'pred busbw':>10}  choice")
+        for label, size, measured, predicted, choice in detail:
+            if size >> 20 in (1, 16, 64, 256, 1024, 2048, 8192):
+                print(f"  {label:<44} {size >> 20:>6} {measured:>10.0f} {predicted:>10.0f}  {choice}")
     print()
     efficiency, comparisons, diffs = ext.ddp_benchmark()
     print(f"4. DDP ResNet-50 b32 fp32, DGX-1V (PyTorch DDP benchmark), p50, default 25 MB cap; "
