@@ -1,7 +1,11 @@
 """All-reduce algorithms as schedules: phases of concurrent rank-to-rank transfers.
 
 Ranks are numbered node-major (rank = node * gpus_per_node + local index), so NCCL's ring order
-(ranks of a node contiguous, nodes in order) is simply rank order.
+(ranks of a node contiguous, nodes in order) is simply rank order. Nodes of different sizes
+(``node_sizes``) keep that order: NCCL searches each node's own ring over its local GPUs and chains
+the nodes, each node's last GPU of a channel sending to the next node's first (``connectRings`` in
+src/graph/connect.cc), on the fewest channels any rank found (init.cc takes the minimum nChannels
+over ranks), which is what the ring and the tree below do per node.
 
 Latency accounting: a phase without ``latency_path`` is a synchronous step; every transfer pays its
 own hop latency and the step ends with the slowest transfer. A phase with ``latency_path`` is
@@ -14,7 +18,9 @@ so a chunk's 2(n-1) hops, not 2(n-1) times the slowest hop, set its latency (NCC
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -51,6 +57,17 @@ def _check(n_ranks: int, gpus_per_node: int) -> int:
     return n_ranks // gpus_per_node
 
 
+def _layout(n_ranks: int, gpus_per_node: int, node_sizes: Sequence[int] | None) -> tuple[list[int], list[int]]:
+    """(GPUs of each node, first rank of each node): ``node_sizes`` where given, else equal nodes."""
+    if node_sizes is None:
+        sizes = [gpus_per_node] * _check(n_ranks, gpus_per_node)
+    else:
+        sizes = list(node_sizes)
+        if not sizes or min(sizes) < 1 or sum(sizes) != n_ranks:
+            raise ValueError(f"node sizes {sizes} do not add up to {n_ranks} ranks")
+    return sizes, [0, *itertools.accumulate(sizes[:-1])]
+
+
 def channel_orders(gpus_per_node: int, channels: int) -> list[list[int]]:
     """Local GPU order of each channel: channel k starts at GPU k*g/c and wraps around.
 
@@ -77,24 +94,31 @@ def ring_pairs(gpus_per_node: int, channels: int, n_nodes: int) -> tuple[Counter
     return local, across
 
 
-def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels: int = 1) -> list[Phase]:
+def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels: int = 1,
+                  node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """Ring all-reduce: 2(n-1) identical steps; on each of ``channels`` rings every rank sends
     S/(n*channels) to its successor (ranks of a node contiguous, nodes in order)."""
-    n_nodes = _check(n_ranks, gpus_per_node)
+    sizes, firsts = _layout(n_ranks, gpus_per_node, node_sizes)
+    n_nodes = len(sizes)
     if n_ranks < 2:
         return []
-    g = gpus_per_node
     chunk = nbytes / (n_ranks * channels)
-    local, across = ring_pairs(g, channels, n_nodes)
     step: list[Transfer] = []
-    for node in range(n_nodes):
-        base, succ = node * g, ((node + 1) % n_nodes) * g
+    pairs = {g: ring_pairs(g, channels, n_nodes) for g in set(sizes)}
+    for node, g in enumerate(sizes):
+        base, succ = firsts[node], firsts[(node + 1) % n_nodes]
+        local, _ = pairs[g]
         step.extend(Transfer(base + a, base + b, chunk, m) for (a, b), m in local.items() if a != b)
-        step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
+        if n_nodes > 1:
+            # channel k leaves this node from its last GPU and enters the next at that node's first
+            exits = channel_orders(g, channels)
+            entries = channel_orders(sizes[(node + 1) % n_nodes], channels)
+            across = Counter((out[-1], into[0]) for out, into in zip(exits, entries, strict=True))
+            step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
     # the latency critical path: 2(n-1) consecutive hops of channel 0 (rank order), starting on an
     # inter-node hop so that the window holds the most of them
     steps = 2 * (n_ranks - 1)
-    start = g - 1 if n_nodes > 1 else 0
+    start = sizes[0] - 1 if n_nodes > 1 else 0
     path = tuple(((start + k) % n_ranks, (start + k + 1) % n_ranks) for k in range(steps))
     return [Phase(tuple(step), repeat=steps, latency_path=path, label="ring reduce-scatter + all-gather")]
 
@@ -156,7 +180,8 @@ def tree_local_pairs(gpus_per_node: int, channels: int) -> Counter[tuple[int, in
     return pairs
 
 
-def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
+def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1,
+                  node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """NCCL-style tree all-reduce as one pipelined phase.
 
     Inside a node the GPUs form a chain headed by the channel's first GPU; across nodes the heads
@@ -166,23 +191,24 @@ def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int
     concurrent, plus the latency of filling and draining the pipeline: up the deepest path and
     back down (2 x depth hops).
     """
-    n_nodes = _check(n_ranks, gpus_per_node)
+    sizes, firsts = _layout(n_ranks, gpus_per_node, node_sizes)
+    n_nodes = len(sizes)
     if n_ranks < 2:
         return []
-    g = gpus_per_node
     half = nbytes / (2 * channels)
     trees = double_binary_tree(n_nodes)
-    orders = channel_orders(g, channels)
-    local = tree_local_pairs(g, channels)
-    transfers = [Transfer(node * g + a, node * g + b, half, m) for node in range(n_nodes) for (a, b), m in local.items()]
+    local = {g: tree_local_pairs(g, channels) for g in set(sizes)}
+    transfers = [Transfer(firsts[node] + a, firsts[node] + b, half, m)
+                 for node, g in enumerate(sizes) for (a, b), m in local[g].items()]
+    # each channel's chain is headed by its first GPU, which joins the trees across nodes
+    heads = [[firsts[node] + order[0] for order in channel_orders(g, channels)] for node, g in enumerate(sizes)]
     across: Counter[tuple[int, int]] = Counter()
-    for order in orders:
-        head = order[0]
+    for k in range(channels):
         for parents in trees:
             for node, parent in enumerate(parents):
                 if parent != -1:
-                    across[(node * g + head, parent * g + head)] += 1
-                    across[(parent * g + head, node * g + head)] += 1
+                    across[(heads[node][k], heads[parent][k])] += 1
+                    across[(heads[parent][k], heads[node][k])] += 1
     transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in across.items())
     # the deepest node of the deeper tree, entered at the far end of channel 0's chain
     best_depth, best_tree, best_node = -1, 0, 0
@@ -191,12 +217,12 @@ def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int
         deepest = max(range(n_nodes), key=depths.__getitem__)
         if depths[deepest] > best_depth:
             best_depth, best_tree, best_node = depths[deepest], t, deepest
-    order = orders[0]
-    base = best_node * g
-    up_path: list[tuple[int, int]] = [(base + order[p], base + order[p - 1]) for p in range(g - 1, 0, -1)]
+    order = channel_orders(sizes[best_node], channels)[0]
+    base = firsts[best_node]
+    up_path: list[tuple[int, int]] = [(base + order[p], base + order[p - 1]) for p in range(len(order) - 1, 0, -1)]
     node, parents = best_node, trees[best_tree]
     while parents[node] != -1:
-        up_path.append((node * g + order[0], parents[node] * g + order[0]))
+        up_path.append((heads[node][0], heads[parents[node]][0]))
         node = parents[node]
     down_path = [(dst, src) for src, dst in reversed(up_path)]
     return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path), label="double binary tree")]
@@ -245,13 +271,17 @@ def hierarchical_schedule(n_ranks: int, gpus_per_node: int, nbytes: float) -> li
     return phases
 
 
-def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
+def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1,
+                   node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """The schedule of one all-reduce of ``nbytes`` per rank (hierarchical ignores ``channels``:
-    its per-rail rings already use every NIC)."""
+    its per-rail rings already use every NIC). ``node_sizes``: GPUs of each node where they differ
+    (hierarchical needs them equal: its per-rail rings pair GPU i of every node)."""
     if algorithm == "ring":
-        return ring_schedule(n_ranks, nbytes, gpus_per_node, channels)
+        return ring_schedule(n_ranks, nbytes, gpus_per_node, channels, node_sizes)
     if algorithm == "tree":
-        return tree_schedule(n_ranks, gpus_per_node, nbytes, channels)
+        return tree_schedule(n_ranks, gpus_per_node, nbytes, channels, node_sizes)
     if algorithm == "hierarchical":
+        if node_sizes is not None and len(set(node_sizes)) > 1:
+            raise ValueError("hierarchical all-reduce pairs GPU i of every node: it needs nodes of equal size")
         return hierarchical_schedule(n_ranks, gpus_per_node, nbytes)
     raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")

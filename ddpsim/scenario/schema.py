@@ -120,6 +120,11 @@ class InterNodeSpec:
         "writes it as a link)", 1.0,
         minimum=0.5, maximum=1.0, low_rule="is at least 0.5 (0.5: half duplex, both directions share one rate)",
         high_rule="is a fraction and must be at most 1")
+    nodes_per_leaf: int | None = spec(
+        "nodes_per_leaf", "int", "nodes under one leaf switch (rail-fat-tree: per rail); leaves join through a "
+        "spine whose uplinks carry 1/oversubscription of what a leaf's ports inject", None, minimum=1,
+        maximum=MAX_WORLD_SIZE, default_text="rail-fat-tree: every node (one leaf per rail, no spine between "
+        "nodes); fat-tree, ethernet: 1 (every flow through the spine)")
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,21 @@ class CustomTopologySpec:
 
 
 @dataclass(frozen=True)
+class NodeGroupSpec:
+    """Nodes alike: how many, their GPUs and their NICs (``cluster.node_groups``, for uneven clusters).
+
+    Ranks are numbered node-major in the order the groups are written, as a launcher numbers them
+    when its host list follows that order."""
+
+    count: int = spec("count", "int", "nodes in this group", REQUIRED, minimum=1, maximum=MAX_WORLD_SIZE)
+    gpus_per_node: int = spec("gpus_per_node", "int", "GPUs of each node of the group", REQUIRED, minimum=1,
+                              maximum=MAX_GPUS_PER_NODE)
+    gpu: str = spec("gpu", "text", "a GPU of the catalog", None, default_text="cluster.gpu")
+    nic_bandwidth_Bps: float = spec("nic_bandwidth", "bandwidth", "per NIC per direction", None,
+                                    default_text="cluster.inter_node.nic_bandwidth", **BANDWIDTH_BOUNDS)
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200)",
                     REQUIRED)
@@ -152,9 +172,35 @@ class ClusterSpec:
     inter_node: InterNodeSpec = section("inter_node", "the network between nodes", optional=True)
     topology: CustomTopologySpec | None = section(
         "topology", "a custom graph instead of nodes, gpus_per_node, intra_node and inter_node", lambda: None)
+    # the loader fills every group's gpu and nic_bandwidth; None: nodes x gpus_per_node alike
+    node_groups: tuple[NodeGroupSpec, ...] | None = spec(
+        "node_groups", "list", "nodes of different GPU counts, GPU kinds or NICs, instead of nodes and "
+        "gpus_per_node: [{count, gpus_per_node, gpu, nic_bandwidth}], ranks node-major in this order", None,
+        default_text="not set")
+
+    @property
+    def node_sizes(self) -> tuple[int, ...]:
+        """GPUs of each node, in rank order."""
+        if self.node_groups is None:
+            return (self.gpus_per_node,) * self.nodes
+        return tuple(group.gpus_per_node for group in self.node_groups for _ in range(group.count))
+
+    @property
+    def uniform(self) -> bool:
+        """Every node has as many GPUs (of whatever kind): the schedules' node-major arithmetic holds."""
+        return len(set(self.node_sizes)) == 1
+
+    @property
+    def rank_gpus(self) -> tuple[str, ...]:
+        """The GPU kind of each rank, in rank order."""
+        if self.node_groups is None:
+            return (self.gpu,) * self.world_size
+        return tuple(group.gpu for group in self.node_groups for _ in range(group.count * group.gpus_per_node))
 
     @property
     def world_size(self) -> int:
+        if self.node_groups is not None:
+            return sum(group.count * group.gpus_per_node for group in self.node_groups)
         return self.nodes * self.gpus_per_node
 
 
@@ -285,6 +331,10 @@ _SECTION_CLASSES: dict[str, type] = {
 }
 
 
+# lists whose items are mappings of their own fields (the README's table gives one row per item field)
+_LIST_ITEMS: dict[str, type] = {"links": TopologyLink, "node_groups": NodeGroupSpec}
+
+
 def section_class(key: str) -> type:
     return _SECTION_CLASSES[key]
 
@@ -335,10 +385,10 @@ def _rows(cls: type, prefix: str) -> list[list[str]]:
             rows += _rows(section_class(fs.key), dotted + ".")
             continue
         kind = KIND_TEXT[fs.kind]
-        if fs.kind == "list" and fs.key == "links":
+        if fs.kind == "list" and fs.key in _LIST_ITEMS:
             rows.append([f"`{dotted}`", kind, _default_text(fs), "", fs.doc])
             rows += [[f"`{dotted}[i].{f.key}`", KIND_TEXT[f.kind], _default_text(f), _range_text(f), f.doc]
-                     for _n, f in field_specs(TopologyLink)]
+                     for _n, f in field_specs(_LIST_ITEMS[fs.key])]
             continue
         rows.append([f"`{dotted}`", kind, _default_text(fs), _range_text(fs), fs.doc])
     return rows
