@@ -45,6 +45,7 @@ SHARD_DTYPES = ("auto", "fp32", "bf16", "fp16")
 SHARD_GROUPS = ("world", "node")
 
 MIB = 1024 * 1024
+SCALE_JITTER_CV = 0.056  # simulation.scale_jitter_cv's default; its doc says where it was measured
 DEFAULT_BUCKET_CAP_MB = 25
 DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
@@ -284,6 +285,12 @@ class SimulationSpec:
                             "(lognormal)", 0.0, minimum=0.0, maximum=10.0)
     jitter_from_profile: bool = spec("jitter_from_profile", "bool", "jitter with the coefficient of variation of the "
                                      "measured profile's own step times (p10..p90) instead of jitter_cv", False)
+    scale_jitter_cv: float = spec(
+        "scale_jitter_cv", "number", "the per-rank jitter_cv `ddpsim scale` simulates where neither jitter_cv nor "
+        "jitter_from_profile is set, its curve without jitter beside it (0: none): 0.056, the median step-time "
+        "coefficient of variation of the 176 measured profiles under validation/data/*/profiles (47 launches, "
+        "H100 and H200; each profile's step p10..p90 read as a lognormal, as jitter_from_profile reads it; "
+        "quartiles 0.024 and 0.095, GPT-2 124M's own median 0.056)", SCALE_JITTER_CV, minimum=0.0, maximum=10.0)
     straggler_rank: int | None = spec("straggler_rank", "int", "one rank whose compute is slower", None, minimum=0,
                                       maximum=MAX_WORLD_SIZE - 1, default_text="none")
     straggler_slowdown: float = spec("straggler_slowdown", "number", "the straggler's compute takes this many times "
