@@ -447,8 +447,10 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
     step_time = statistics.median(step_times)
     last = run.traces[0][-1]  # the breakdown is rank 0's last step
     samples = workload.batch_size * sc.ddp.grad_accumulation_steps * sc.cluster.world_size
-    memory, memory_totals, recommended, memory_warnings = memory_check(sc, workload, prep.gpu)
-    fits = memory["total"] <= prep.gpu.memory_bytes
+    # every rank holds the same model and buckets: the kind with the least memory is the one that may not fit
+    tightest = min((prep.gpu, *(kind for kind, _ in prep.other_kinds)), key=lambda kind: kind.memory_bytes)
+    memory, memory_totals, recommended, memory_warnings = memory_check(sc, workload, tightest)
+    fits = memory["total"] <= tightest.memory_bytes
     p10_s, p90_s, spread_source = _interval(sc, step_time)
     kinds = [prep.gpu.name] + [kind.name for kind, _ in prep.other_kinds]
     return Result(
@@ -463,7 +465,7 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
         links=_link_records(prep, run.network, ends[-1]),
         samples_per_s=samples / step_time,
         tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
-        memory_bytes=memory, gpu_memory_bytes=prep.gpu.memory_bytes, fits_in_memory=fits,
+        memory_bytes=memory, gpu_memory_bytes=tightest.memory_bytes, fits_in_memory=fits,
         warnings=memory_warnings,
         events=run.events, wall_s=run.wall_s, mode_reason=run.mode_reason, simulated_ranks=len(run.traces),
         value_sources={**prep.sources, **_option_sources(prep), **spread_source},

@@ -60,6 +60,34 @@ def test_ring_over_uneven_nodes_chains_each_nodes_channel_order() -> None:
     assert across == {(3, 4), (5, 0), (1, 5), (4, 2)}
 
 
+def test_tree_over_uneven_nodes_chains_each_node_under_its_head() -> None:
+    (phase,) = build_schedule("tree", 5, 2, S, channels=1, node_sizes=[2, 3])
+    flows = {(t.src_rank, t.dst_rank): t.count for t in phase.transfers}
+    # node 0 chains 0-1, node 1 chains 2-3-4, each edge both ways once per tree (two trees); NCCL's two trees
+    # over two nodes are 1 -> 0 and 0 -> 1, so the heads 0 and 2 exchange once per tree each way
+    assert flows == {(1, 0): 2, (0, 1): 2, (3, 2): 2, (2, 3): 2, (4, 3): 2, (3, 4): 2, (0, 2): 2, (2, 0): 2}
+
+
+def test_uneven_rails_change_rail_through_the_spine_only_where_a_node_lacks_the_rail() -> None:
+    topo = build_topology(_scenario(THREE_AND_ONE).cluster)
+    assert topo.node_sizes == (8, 8, 8, 4) and topo.nics_per_node == 4 and topo.node_of(27) == 3
+    names = topo.link_names
+    # rank 27 is GPU 3 of the four-GPU node: it has no GPU on rail 6, so it leaves on rail 3 and changes rail above
+    assert names(topo.route(27, 6).link_ids) == ["n3.g3->rail3.leaf", "rail3.leaf->spine", "spine->rail6.leaf",
+                                                 "rail6.leaf->n0.g6"]
+    # the other way a GPU on rail 3 exists at the source: PXN, never the spine
+    assert "spine" not in " ".join(names(topo.route(6, 27).link_ids))
+    # rail 6's leaf holds the three eight-GPU nodes' NICs only: its spine uplink is theirs (oversubscription 1)
+    assert topo.graph.edges["rail6.leaf", "spine"]["bandwidth_Bps"] == pytest.approx(3 * 12.5e9)
+    assert topo.graph.edges["rail3.leaf", "spine"]["bandwidth_Bps"] == pytest.approx(4 * 12.5e9)
+
+
+def test_memory_is_checked_on_the_kind_with_the_least() -> None:
+    result = simulation.simulate(_scenario([{"count": 1, "gpus_per_node": 2},
+                                            {"count": 1, "gpus_per_node": 2, "gpu": "A100-40GB"}]))
+    assert result.gpu_memory_bytes == 40 * 2**30
+
+
 def test_uneven_nodes_and_a_slower_nic_price_the_ring_by_hand() -> None:
     cluster = ClusterSpec(
         gpu="H100", nodes=2, gpus_per_node=2,
