@@ -109,7 +109,8 @@ class InterNodeSpec:
     nic_bandwidth_Bps: float = spec("nic_bandwidth", "bandwidth", "per NIC per direction", "400Gbps",
                                     code_default=False, **BANDWIDTH_BOUNDS)
     latency_s: float = spec("latency", "time", "per network hop", "5us", code_default=False, **LATENCY_BOUNDS)
-    oversubscription: float = spec("oversubscription", "number", "ratio of the fabric (1 = non-blocking)", 1.0,
+    oversubscription: float = spec("oversubscription", "number", "ratio of the fabric (1 = non-blocking): a leaf's "
+                                   "uplinks to the spine carry 1/oversubscription of what its ports inject", 1.0,
                                    minimum=1.0, maximum=1000.0, low_rule="is a ratio >= 1 (1 = non-blocking)")
     nics_per_node: int | None = spec("nics_per_node", "int", "NICs of a node", None, minimum=1,
                                      maximum=MAX_GPUS_PER_NODE, default_text="one per GPU")
@@ -164,8 +165,8 @@ class NodeGroupSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200)",
-                    REQUIRED)
+    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200); "
+                    "with node_groups, the kind of groups that name none (omit it if all do)", REQUIRED)
     nodes: int = spec("nodes", "int", "nodes", 1, code_default=False, minimum=1, maximum=MAX_WORLD_SIZE)
     gpus_per_node: int = spec("gpus_per_node", "int", "GPUs per node", 8, code_default=False, minimum=1,
                               maximum=MAX_GPUS_PER_NODE)
@@ -288,7 +289,7 @@ class SimulationSpec:
     scale_jitter_cv: float = spec(
         "scale_jitter_cv", "number", "the per-rank jitter_cv `ddpsim scale` simulates where neither jitter_cv nor "
         "jitter_from_profile is set, its curve without jitter beside it (0: none): 0.056, the median step-time "
-        "coefficient of variation of the 176 measured profiles under validation/data/*/profiles (47 launches, "
+        "coefficient of variation of the 176 measured profiles under validation/data/*/profiles (47 campaign folders, "
         "H100 and H200; each profile's step p10..p90 read as a lognormal, as jitter_from_profile reads it; "
         "quartiles 0.024 and 0.095, GPT-2 124M's own median 0.056)", SCALE_JITTER_CV, minimum=0.0, maximum=10.0)
     straggler_rank: int | None = spec("straggler_rank", "int", "one rank whose compute is slower", None, minimum=0,
