@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.schema import (
     FREE_TEXT_KEYS,
     INTRA_DEFAULTS,
@@ -260,9 +261,6 @@ def _topology(r: _Reader) -> CustomTopologySpec:
 def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float) -> tuple[NodeGroupSpec, ...]:
     """``cluster.node_groups``: each group's GPU kind checked against the catalog, its gaps filled from
     ``cluster.gpu`` and ``cluster.inter_node.nic_bandwidth``."""
-    # imported here: the catalog is a room below this loader but this module is imported by the schema's users
-    from ddpsim.hardware.catalog import get_gpu
-
     raw = r.data.get("node_groups")
     if not isinstance(raw, list) or not raw:
         raise r.error("node_groups", "expected a non-empty list of {count, gpus_per_node, gpu, nic_bandwidth}")
