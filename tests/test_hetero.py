@@ -185,3 +185,19 @@ def test_bad_groups_are_one_line_naming_file_and_field(tmp_path: Any, capsys: py
 def test_hierarchical_needs_equal_nodes() -> None:
     with pytest.raises(Exception, match="collective.algorithm: hierarchical pairs GPU i"):
         _scenario(THREE_AND_ONE, algorithm="hierarchical")
+
+
+def test_run_names_uneven_nodes_and_only_the_nic_defaults_it_used() -> None:
+    from ddpsim.report.tables import summary_rows
+
+    result = simulation.simulate(_scenario(THREE_AND_ONE))
+    assert dict(summary_rows(result))["cluster"] == "4 nodes of uneven size, H100 (28 GPUs)"
+    groups_rate = [{**group, "nic_bandwidth": "200Gbps"} for group in THREE_AND_ONE]
+    network = dict(simulation.prepare(scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 8},
+        "cluster": {"gpu": "H100-SXM", "node_groups": groups_rate}})).sources)["inter-node network"]
+    assert "nic_bandwidth" not in network  # every group wrote its own: the cluster-wide default reached no NIC
+    network = dict(simulation.prepare(scenario_from_dict({
+        "workload": {"model": "mlp", "batch_size": 8},
+        "cluster": {"gpu": "H100-SXM", "node_groups": [groups_rate[0], THREE_AND_ONE[1]]}})).sources)["inter-node network"]
+    assert "nic_bandwidth 400 Gbps" in network

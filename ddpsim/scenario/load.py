@@ -280,6 +280,9 @@ def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float) -> tuple[NodeGroup
         if values["nic_bandwidth_Bps"] is None:
             values["nic_bandwidth_Bps"] = nic_Bps
         groups.append(NodeGroupSpec(**values))
+    if all(isinstance(item, dict) and item.get("nic_bandwidth") is not None for item in raw):
+        # every group wrote its own rate: inter_node.nic_bandwidth's default reached no NIC, so it is not reported
+        r.defaulted.discard(r._join(r.path, "inter_node.nic_bandwidth"))
     return tuple(groups)
 
 
