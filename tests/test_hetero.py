@@ -115,6 +115,18 @@ def test_three_nodes_of_eight_and_one_of_four_fast_equals_detailed(algorithm: st
     assert [b.end_s for b in fast.buckets] == pytest.approx([b.end_s for b in detailed.buckets], rel=1e-9)
 
 
+def test_uneven_nodes_fold_as_even_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    # every rank waits for the same all-reduce end, whatever its node: folding by jitter alone stays exact
+    jittered = {"jitter_cv": 0.05, "iterations": 3, "seed": 3}
+    folded = simulation.simulate(_scenario(THREE_AND_ONE, "detailed", **jittered))
+    with monkeypatch.context() as patch:
+        patch.setattr(simulation, "plan_ranks", lambda factors, **_: plan_ranks(factors, fold=False))
+        every = simulation.simulate(_scenario(THREE_AND_ONE, "detailed", **jittered))
+    assert every.simulated_ranks == 28 and folded.simulated_ranks < 28
+    assert folded.step_times_s == pytest.approx(every.step_times_s, rel=1e-12)
+    assert folded.critical_rank == every.critical_rank
+
+
 MIXED = [{"count": 1, "gpus_per_node": 4}, {"count": 1, "gpus_per_node": 4, "gpu": "A100"}]
 
 
