@@ -93,13 +93,37 @@ def test_uneven_nodes_and_a_slower_nic_price_the_ring_by_hand() -> None:
         gpu="H100", nodes=2, gpus_per_node=2,
         intra_node=IntraNodeSpec("nvswitch", 450e9, 3e-6),
         inter_node=InterNodeSpec("rail-fat-tree", 12.5e9, 5e-6),
-        node_groups=(NodeGroupSpec(1, 2, "H100", 12.5e9), NodeGroupSpec(1, 1, "H100", 6.25e9)),
+        node_groups=(NodeGroupSpec(1, 2, nic_bandwidth_Bps=12.5e9), NodeGroupSpec(1, 1, nic_bandwidth_Bps=6.25e9)),
     )
     model = CollectiveModel(build_topology(cluster))
     assert model.channels == 1  # NCCL keeps the fewest channels any rank found: the one-GPU node's one NIC
     # ring 0 -> 1 -> 2 -> 0, 2(n-1) = 4 steps of S/3 per flow; 1 -> 2 leaves through GPU 0's NIC (PXN) into
     # the second node's 50 Gb/s NIC, 2 -> 0 leaves through it: each flow alone on that NIC
     expected_s = 4 * (S / 3) / (6.25e9 * ProtocolTable().efficiency("simple", "net"))
+    for fast in (True, False):
+        def time_s(size: float, fast: bool = fast) -> float:
+            return model.allreduce_time_s(size, "ring", "simple") if fast else detailed_s(model, size, "ring", "simple")
+        assert time_s(2 * S) - time_s(S) == pytest.approx(expected_s, rel=1e-9)
+
+
+def test_a_group_with_slower_gpu_links_prices_the_ring_from_them() -> None:
+    cluster = ClusterSpec(
+        gpu="H100", nodes=2, gpus_per_node=2,
+        intra_node=IntraNodeSpec("nvswitch", 450e9, 3e-6),
+        inter_node=InterNodeSpec("rail-fat-tree", 12.5e9, 5e-6),
+        node_groups=(NodeGroupSpec(1, 2, intra_bandwidth_Bps=1e9), NodeGroupSpec(1, 2)),
+    )
+    topo = build_topology(cluster)
+    assert topo.graph.edges["n0.g0", "n0.nvsw"]["bandwidth_Bps"] == 1e9
+    assert topo.graph.edges["n1.g0", "n1.nvsw"]["bandwidth_Bps"] == 450e9
+    model = CollectiveModel(topo)
+    # two channels, orders 0,1 and 1,0 on each node. In the slow node, GPU 0's link to the switch carries
+    # channel 0's hop 0 -> 1 (NVLink, efficiency 0.79) and channel 1's exit 0 -> 1 -> rail 1 (PXN, a network
+    # flow, 0.94); both start together and the link stays full until both end: each of the 2(n-1) = 6 steps
+    # lasts the two flows' wire bytes (S/(n c) each) over 1 GB/s
+    table = ProtocolTable()
+    wire = S / 8 * (1 / table.efficiency("simple", "nvlink") + 1 / table.efficiency("simple", "net"))
+    expected_s = 6 * wire / 1e9
     for fast in (True, False):
         def time_s(size: float, fast: bool = fast) -> float:
             return model.allreduce_time_s(size, "ring", "simple") if fast else detailed_s(model, size, "ring", "simple")

@@ -258,9 +258,9 @@ def _topology(r: _Reader) -> CustomTopologySpec:
     return CustomTopologySpec(gpus=tuple(gpus), links=tuple(links), gpus_per_node=per_node)
 
 
-def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float) -> tuple[NodeGroupSpec, ...]:
+def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float, intra_Bps: float) -> tuple[NodeGroupSpec, ...]:
     """``cluster.node_groups``: each group's GPU kind checked against the catalog, its gaps filled from
-    ``cluster.gpu`` and ``cluster.inter_node.nic_bandwidth``."""
+    ``cluster.gpu``, ``cluster.inter_node.nic_bandwidth`` and ``cluster.intra_node.bandwidth``."""
     raw = r.data.get("node_groups")
     if not isinstance(raw, list) or not raw:
         raise r.error("node_groups", "expected a non-empty list of {count, gpus_per_node, gpu, nic_bandwidth}")
@@ -279,6 +279,8 @@ def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float) -> tuple[NodeGroup
             raise group_reader.error(where, exc.detail) from None
         if values["nic_bandwidth_Bps"] is None:
             values["nic_bandwidth_Bps"] = nic_Bps
+        if values["intra_bandwidth_Bps"] is None:
+            values["intra_bandwidth_Bps"] = intra_Bps
         groups.append(NodeGroupSpec(**values))
     if all(isinstance(item, dict) and item.get("nic_bandwidth") is not None for item in raw):
         # every group wrote its own rate: inter_node.nic_bandwidth's default reached no NIC, so it is not reported
@@ -308,7 +310,8 @@ def _cluster(r: _Reader) -> ClusterSpec:
         r.defaulted.difference_update({r._join(r.path, "nodes"), r._join(r.path, "gpus_per_node")})
     inter_reader = r.section(InterNodeSpec, "inter_node")
     inter = InterNodeSpec(**read_fields(InterNodeSpec, inter_reader))
-    groups = _node_groups(r, plain["gpu"], inter.nic_bandwidth_Bps) if grouped else None
+    intra = _intra(r.section(IntraNodeSpec, "intra_node"))
+    groups = _node_groups(r, plain["gpu"], inter.nic_bandwidth_Bps, intra.bandwidth_Bps) if grouped else None
     if topology is not None:
         plain["gpus_per_node"] = topology.gpus_per_node
         plain["nodes"] = len(topology.gpus) // topology.gpus_per_node
@@ -334,7 +337,7 @@ def _cluster(r: _Reader) -> ClusterSpec:
                                  "switches are its own vertices")
     return ClusterSpec(
         **plain,
-        intra_node=_intra(r.section(IntraNodeSpec, "intra_node")),
+        intra_node=intra,
         inter_node=inter,
         topology=topology,
         node_groups=groups,

@@ -150,7 +150,8 @@ class CustomTopologySpec:
 
 @dataclass(frozen=True)
 class NodeGroupSpec:
-    """Nodes alike: how many, their GPUs and their NICs (``cluster.node_groups``, for uneven clusters).
+    """Nodes alike: how many, their GPUs and their links (``cluster.node_groups``, for uneven clusters).
+    The loader fills what a group leaves out from the cluster's fields (None: the cluster's).
 
     Ranks are numbered node-major in the order the groups are written, as a launcher numbers them
     when its host list follows that order."""
@@ -158,9 +159,12 @@ class NodeGroupSpec:
     count: int = spec("count", "int", "nodes in this group", REQUIRED, minimum=1, maximum=MAX_WORLD_SIZE)
     gpus_per_node: int = spec("gpus_per_node", "int", "GPUs of each node of the group", REQUIRED, minimum=1,
                               maximum=MAX_GPUS_PER_NODE)
-    gpu: str = spec("gpu", "text", "a GPU of the catalog", None, default_text="cluster.gpu")
-    nic_bandwidth_Bps: float = spec("nic_bandwidth", "bandwidth", "per NIC per direction", None,
-                                    default_text="cluster.inter_node.nic_bandwidth", **BANDWIDTH_BOUNDS)
+    gpu: str | None = spec("gpu", "text", "a GPU of the catalog", None, default_text="cluster.gpu")
+    nic_bandwidth_Bps: float | None = spec("nic_bandwidth", "bandwidth", "per NIC per direction", None,
+                                           default_text="cluster.inter_node.nic_bandwidth", **BANDWIDTH_BOUNDS)
+    intra_bandwidth_Bps: float | None = spec("intra_bandwidth", "bandwidth", "between the GPUs of each node of the group, "
+                                      "per GPU per direction (the links are cluster.intra_node.type)", None,
+                                      default_text="cluster.intra_node.bandwidth", **BANDWIDTH_BOUNDS)
 
 
 @dataclass(frozen=True)
@@ -177,7 +181,8 @@ class ClusterSpec:
     # the loader fills every group's gpu and nic_bandwidth; None: nodes x gpus_per_node alike
     node_groups: tuple[NodeGroupSpec, ...] | None = spec(
         "node_groups", "list", "nodes of different GPU counts, GPU kinds or NICs, instead of nodes and "
-        "gpus_per_node: [{count, gpus_per_node, gpu, nic_bandwidth}], ranks node-major in this order", None,
+        "gpus_per_node: [{count, gpus_per_node, gpu, nic_bandwidth, intra_bandwidth}], ranks node-major in this "
+        "order", None,
         default_text="not set")
 
     @property
@@ -197,7 +202,8 @@ class ClusterSpec:
         """The GPU kind of each rank, in rank order."""
         if self.node_groups is None:
             return (self.gpu,) * self.world_size
-        return tuple(group.gpu for group in self.node_groups for _ in range(group.count * group.gpus_per_node))
+        return tuple(group.gpu or self.gpu for group in self.node_groups
+                     for _ in range(group.count * group.gpus_per_node))
 
     @property
     def world_size(self) -> int:

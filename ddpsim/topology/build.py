@@ -308,11 +308,16 @@ class _PresetRouter:
         return tuple(self.down[base + (local_src - k) % g] for k in range(g - forward))
 
 
-def _node_nics_Bps(cluster: ClusterSpec) -> list[float]:
-    """Each node's NIC rate: its group's where the cluster has groups."""
+def _per_node(cluster: ClusterSpec, group_field: str, cluster_Bps: float) -> list[float]:
+    """Each node's rate of one kind (NIC or intra-node link): its group's where the cluster has groups
+    and the group gives one."""
     if cluster.node_groups is None:
-        return [cluster.inter_node.nic_bandwidth_Bps] * cluster.nodes
-    return [group.nic_bandwidth_Bps for group in cluster.node_groups for _ in range(group.count)]
+        return [cluster_Bps] * cluster.nodes
+    rates = []
+    for group in cluster.node_groups:
+        rate = getattr(group, group_field)
+        rates += [cluster_Bps if rate is None else rate] * group.count
+    return rates
 
 
 def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int | None) -> Topology:
@@ -341,14 +346,15 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int | None) -> Topology:
         vertices[name] = {"kind": "gpu", "rank": rank, "node": router.node[rank]}
 
     firsts = np.cumsum((0, *sizes[:-1])).tolist()
+    intra_Bps = _per_node(cluster, "intra_bandwidth_Bps", intra.bandwidth_Bps)
     for node, size in enumerate(sizes):
-        base = firsts[node]
+        base, node_intra_Bps = firsts[node], intra_Bps[node]
+        _check_positive(node_intra_Bps, "cluster.intra_node.bandwidth", "bandwidth")
         if ring:
             # direct GPU-GPU links; a 2-GPU "ring" is one duplex link used both ways round
             pairs = [(i, (i + 1) % size) for i in range(size if size > 2 else size - 1)]
             for i, j in pairs:
-                fwd, back = links.add_duplex(_gpu(node, i), _gpu(node, j), intra.bandwidth_Bps,
-                                             intra.latency_s, "intra")
+                fwd, back = links.add_duplex(_gpu(node, i), _gpu(node, j), node_intra_Bps, intra.latency_s, "intra")
                 router.up[base + i], router.down[base + j] = fwd, back
                 if size == 2:
                     router.up[base + j], router.down[base + i] = back, fwd
@@ -358,7 +364,7 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int | None) -> Topology:
             half_latency_s = intra.latency_s / 2
             for i in range(size):
                 router.up[base + i], router.down[base + i] = links.add_duplex(
-                    _gpu(node, i), hub, intra.bandwidth_Bps, half_latency_s, "intra")
+                    _gpu(node, i), hub, node_intra_Bps, half_latency_s, "intra")
 
     nics = 0
     if n_nodes > 1:
@@ -387,7 +393,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
         raise ScenarioError(
             f"GPU {_gpu(0, 0)} cannot reach GPU {_gpu(1, 0)}: inter_node.type is none but nodes = {n_nodes}",
             field="cluster.topology")
-    nics_Bps = _node_nics_Bps(cluster)
+    nics_Bps = _per_node(cluster, "nic_bandwidth_Bps", inter.nic_bandwidth_Bps)
     for nic_Bps in nics_Bps:
         _check_positive(nic_Bps, "cluster.inter_node.nic_bandwidth", "bandwidth")
     _check_latency(inter.latency_s, "cluster.inter_node.latency")
