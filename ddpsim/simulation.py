@@ -14,6 +14,7 @@ from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import simpy
 
 from ddpsim.calibration.apply import apply_calibration
@@ -66,6 +67,8 @@ class Prepared:
     collectives: CollectiveModel
     # where each calibrated value came from (scenario file or calibration entry), for `ddpsim run`
     sources: dict[str, str]
+    # cluster.node_groups of several GPU kinds: the other kinds' GPU and compute (rank 0's are gpu, compute)
+    other_kinds: tuple[tuple[GPUSpec, StepCompute], ...] = ()
 
 
 def prepare(scenario: Scenario) -> Prepared:
@@ -76,8 +79,15 @@ def prepare(scenario: Scenario) -> Prepared:
         workload = load_workload(scenario.workload, scenario.base_dir)
         calibrated = apply_calibration(scenario, workload.name)
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
-        gpu = get_gpu(scenario.cluster.gpu)
+        kinds = list(dict.fromkeys(get_gpu(name) for name in scenario.cluster.rank_gpus))
+        gpu = kinds[0]  # rank 0's
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
+        if len(kinds) > 1 and workload.measured is not None:
+            raise ScenarioError(f"has {len(kinds)} GPU kinds but the workload's compute is a profile measured on one; "
+                                "use a zoo or torch model, whose compute is estimated per kind",
+                                field="cluster.node_groups")
+        other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency))
+                            for kind in kinds[1:])
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         topology = build_topology(scenario.cluster)
         nvls = nvls_of(scenario.cluster)
@@ -103,6 +113,10 @@ def prepare(scenario: Scenario) -> Prepared:
                 f"overheads.hook_cpu ({scenario.overheads.hook_cpu_s * 1e6:.0f} us) plus ddpsim.ddp.hooks' "
                 f"{COMPRESS_HOOK_EXTRA_S * 1e6:.0f} us per bucket, measured on one 2 x H100 host, not on this machine; "
                 + _lead_source(workload, measured_in))
+    if other_kinds:
+        sources["GPU kinds"] = ("each rank's compute estimated on its own GPU (" + ", ".join(
+            f"{k.name} {c.forward_s * 1e3 + c.backward_s * 1e3:.2f} ms forward + backward"
+            for k, c in ((gpu, compute), *other_kinds)) + "); every all-reduce waits for the slowest rank")
     if scenario.ddp.grad_accumulation_steps > 1:
         sources["accumulation's later micro-steps"] = _accumulate_source(workload, measured_in)
     if scenario.simulation.jitter_from_profile:
@@ -114,7 +128,7 @@ def prepare(scenario: Scenario) -> Prepared:
         sources["compute jitter"] = (f"cv {workload.step_jitter_cv:.3f} per rank and step, from the step's p10..p90 "
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
-    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources)
+    return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
 
 
 def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:
@@ -338,19 +352,28 @@ def simulate(scenario: Scenario | Prepared) -> Result:
         else:
             yield env_.timeout(model.allreduce_time_s(bucket.wire_bytes, alg, proto))
 
-    base = _base_costs(prep, allreduce_time_s)
-    if sc.parallel.strategy == "zero1" and world > 1:
-        # ZeroRedundancyOptimizer.step(): the sharded optimizer, then the updated parameters exchanged
-        base = replace(base, optimizer_s=sum(zero1_optimizer_s(sc, prep.workload, prep.gpu, prep.compute, model)))
+    # per GPU kind (one unless cluster.node_groups mixes kinds): that kind's compute, copies and optimizer
+    kind_preps = [prep] + [replace(prep, gpu=kind, compute=compute) for kind, compute in prep.other_kinds]
+    bases = []
+    for kind_prep in kind_preps:
+        kind_base = _base_costs(kind_prep, allreduce_time_s)
+        if sc.parallel.strategy == "zero1" and world > 1:
+            # ZeroRedundancyOptimizer.step(): the sharded optimizer, then the updated parameters exchanged
+            kind_base = replace(kind_base, optimizer_s=sum(zero1_optimizer_s(
+                sc, prep.workload, kind_prep.gpu, kind_prep.compute, model)))
+        bases.append(kind_base)
     # zero_grad(set_to_none=True) before the first micro-step: every later one, the synced last one
     # included, adds into the gradients already there
     accumulating = sc.ddp.grad_accumulation_steps > 1
-    later_base = _accumulating(base, accumulate_backward_factor(prep.workload)) if accumulating else base
+    later_bases = [_accumulating(b, accumulate_backward_factor(prep.workload)) if accumulating else b for b in bases]
     sim = sc.simulation
     # identical ranks folded, ranks never the slowest dropped (ddpsim.ddp.fold says what is exact)
     jitter_cv = prep.workload.step_jitter_cv if sim.jitter_from_profile else sim.jitter_cv
     factors = draw_factors(world, sim.iterations, sim.seed, jitter_cv or 0.0, sim.straggler_rank, sim.straggler_slowdown)
-    plan = plan_ranks(factors)
+    kind_names = [p.gpu.name for p in kind_preps]
+    kind_of_rank = [kind_names.index(get_gpu(name).name) for name in sc.cluster.rank_gpus]
+    # ranks of different GPU kinds run different costs: they fold only with their own kind
+    plan = plan_ranks(factors, classes=np.array(kind_of_rank)) if len(kind_preps) > 1 else plan_ranks(factors)
     ranks = list(plan.factors)
     rendezvous = (
         Rendezvous(env, len(ranks), runner, sc.overheads.comm_slowdown - 1.0, sc.overheads.allreduce_stretch)
@@ -363,8 +386,8 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     def rank_process(rank: int) -> Generator[Any, Any, None]:
         for step in range(sim.iterations):
             factor = plan.factors[rank][step]
-            costs = _scaled(base, factor)
-            later = _scaled(later_base, factor) if accumulating else costs
+            costs = _scaled(bases[kind_of_rank[rank]], factor)
+            later = _scaled(later_bases[kind_of_rank[rank]], factor) if accumulating else costs
             trace = RankTrace()
             for micro in range(sc.ddp.grad_accumulation_steps - 1):
                 yield from accumulation_micro_step(env, costs if micro == 0 else later, trace)
@@ -426,11 +449,14 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
     step_time = statistics.median(step_times)
     last = run.traces[0][-1]  # the breakdown is rank 0's last step
     samples = workload.batch_size * sc.ddp.grad_accumulation_steps * sc.cluster.world_size
-    memory, memory_totals, recommended, memory_warnings = memory_check(sc, workload, prep.gpu)
-    fits = memory["total"] <= prep.gpu.memory_bytes
+    # every rank holds the same model and buckets: the kind with the least memory is the one that may not fit
+    tightest = min((prep.gpu, *(kind for kind, _ in prep.other_kinds)), key=lambda kind: kind.memory_bytes)
+    memory, memory_totals, recommended, memory_warnings = memory_check(sc, workload, tightest)
+    fits = memory["total"] <= tightest.memory_bytes
     p10_s, p90_s, spread_source = _interval(sc, step_time)
+    kinds = [prep.gpu.name] + [kind.name for kind, _ in prep.other_kinds]
     return Result(
-        scenario=sc.source, model=workload.name, gpu=prep.gpu.name, world_size=sc.cluster.world_size,
+        scenario=sc.source, model=workload.name, gpu="+".join(kinds), world_size=sc.cluster.world_size,
         nodes=sc.cluster.nodes, gpus_per_node=sc.cluster.gpus_per_node,
         algorithm=run.algorithm, protocol=run.protocol, mode=run.mode, bucket_cap_mb=sc.ddp.bucket_cap_mb,
         step_time_s=step_time, step_times_s=step_times,
@@ -441,7 +467,7 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
         links=_link_records(prep, run.network, ends[-1]),
         samples_per_s=samples / step_time,
         tokens_per_s=samples * workload.seq_len / step_time if workload.seq_len else None,
-        memory_bytes=memory, gpu_memory_bytes=prep.gpu.memory_bytes, fits_in_memory=fits,
+        memory_bytes=memory, gpu_memory_bytes=tightest.memory_bytes, fits_in_memory=fits,
         warnings=memory_warnings,
         events=run.events, wall_s=run.wall_s, mode_reason=run.mode_reason, simulated_ranks=len(run.traces),
         value_sources={**prep.sources, **_option_sources(prep), **spread_source},

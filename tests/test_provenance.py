@@ -27,7 +27,7 @@ cluster:
   gpus_per_node: 4
   intra_node: {type: nvswitch, bandwidth: 300GB/s, latency: 2us}
   inter_node: {type: fat-tree, nic_bandwidth: 200Gbps, latency: 7us, oversubscription: 2, nics_per_node: 4,
-               duplex_factor: 0.9}
+               duplex_factor: 0.9, nodes_per_leaf: 2}
 overheads: {bucket_launch: 30us, copy_bandwidth: 1TB/s, compute_slowdown: 1.1, comm_slowdown: 1.2,
             allreduce_stretch: 1.3, idle_start_wait: 0us, max_inflight_buckets: 4, bucket_cpu: 5us, hook_cpu: 100us,
             buffer_sync: 0ms}
@@ -48,6 +48,7 @@ def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_pat
     assert "latency 5.0 us" in network and "type rail-fat-tree" in network and "nics_per_node one per GPU" in network
     assert "nic_bandwidth" not in network
     assert "duplex_factor 1" in network  # the endpoint taken as full duplex is named as a default too
+    assert "nodes_per_leaf one leaf per rail" in network
     intra = sources["intra-node link"]
     assert "latency 3.0 us" in intra and "bandwidth" not in intra.split("defaults")[1]
     overheads = sources["DDP overheads"]

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import glob
 import json
+import math
+import os
+import statistics
 import textwrap
 
 import pytest
@@ -13,6 +17,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.planning.scaling import scaling_study, scaling_table
 from ddpsim.results import Result
 from ddpsim.scenario import load_scenario
+from ddpsim.scenario.schema import SCALE_JITTER_CV
 
 SCENARIO = textwrap.dedent(
     """
@@ -65,7 +70,8 @@ def test_world_size_one_has_efficiency_one(tmp_path):
 
 def test_efficiency_and_cost_by_hand(scenario_file, calls):
     study = scaling_study(load_scenario(scenario_file), [2, 4], price_per_gpu_hour=3.6)
-    assert sorted(calls) == [1, 2, 4]  # the one-node baseline is simulated though not listed
+    # the one-node baseline is simulated though not listed; every count with per-rank jitter and without
+    assert sorted(calls) == [1, 1, 2, 2, 4, 4]
     two, four = study.points
     # per GPU: 4 samples / step; step 0.11 s on 1 node, 0.12 s on 2, 0.14 s on 4
     assert two.efficiency == pytest.approx(0.11 / 0.12, rel=1e-12)
@@ -88,6 +94,49 @@ def test_points_that_do_not_fit_are_marked(scenario_file, monkeypatch):
     assert [p.fits_in_memory for p in study.points] == [False, False]
     table = scaling_table(study)
     assert table.count("DOES NOT FIT") == 2 and len(study.warnings) == 2
+
+
+def test_scale_jitters_ranks_by_default_with_the_steady_curve_beside(scenario_file, monkeypatch):
+    seen: list[tuple[int, float, int]] = []
+
+    def recording(scenario):
+        sim = scenario.simulation
+        seen.append((scenario.cluster.nodes, sim.jitter_cv, sim.iterations))
+        return fake_simulate(scenario)
+
+    monkeypatch.setattr(simulate_module, "simulate", recording)
+    study = scaling_study(load_scenario(scenario_file), [2])
+    assert study.jitter_cv == SCALE_JITTER_CV and "validation/data" in study.jitter_source
+    assert sorted(seen) == [(1, 0.0, 1), (1, SCALE_JITTER_CV, 5), (2, 0.0, 1), (2, SCALE_JITTER_CV, 5)]
+    assert [p.nodes for p in study.no_jitter] == [2] and "no jitter" in scaling_table(study)
+    # the scenario's own jitter wins, and an explicit 0 leaves one curve
+    seen.clear()
+    own = scaling_study(load_scenario(scenario_file, ["simulation.jitter_cv=0.2"]), [2])
+    assert own.jitter_cv == 0.2 and {cv for _n, cv, _i in seen} == {0.0, 0.2}
+    none = scaling_study(load_scenario(scenario_file, ["simulation.jitter_cv=0"]), [2])
+    assert none.jitter_cv == 0.0 and none.no_jitter == [] and "no jitter" not in scaling_table(none)
+
+
+def test_default_jitter_is_the_median_spread_of_the_measured_profiles():
+    # each profile's step p10..p90 read as a lognormal: sigma = ln(p90 / p10) / (2 z90), cv = sqrt(e^sigma^2 - 1)
+    z90 = statistics.NormalDist().inv_cdf(0.9)
+    cvs = []
+    for path in glob.glob(os.path.join(os.path.dirname(__file__), "..", "validation", "data", "*", "profiles",
+                                       "*.json")):
+        with open(path, encoding="utf-8") as handle:
+            profile = json.load(handle)
+        if profile.get("step_s_p10") and profile.get("step_s_p90"):
+            sigma = math.log(profile["step_s_p90"] / profile["step_s_p10"]) / (2 * z90)
+            cvs.append(math.sqrt(math.exp(sigma**2) - 1))
+    assert len(cvs) >= 176  # as the field's doc counts them (more may be added later)
+    assert statistics.median(cvs) == pytest.approx(SCALE_JITTER_CV, abs=0.005)
+
+
+def test_jitter_costs_efficiency_on_more_ranks(scenario_file):
+    study = scaling_study(load_scenario(scenario_file, ["workload.batch_size=64"]), [4])
+    (jittered,), (steady,) = study.points, study.no_jitter
+    # the slowest of 8 ranks is slower than the slowest of 2: jitter only takes efficiency away
+    assert jittered.efficiency < steady.efficiency <= 1.0
 
 
 def test_custom_topology_cannot_scale(tmp_path):

@@ -256,13 +256,15 @@ def cmd_scale(args: argparse.Namespace) -> int:
             with open(os.path.join(staging, "scaling.md"), "w", encoding="utf-8") as handle:
                 handle.write(
                     f"# ddpsim scale: `{args.scenario}`\n\n{scaling_table(study, markdown=True)}\n\n"
-                    "Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step.\n\n"
+                    "Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step.\n"
+                    f"Per-rank compute jitter: cv {study.jitter_cv:g} ({study.jitter_source}).\n\n"
                     "![scaling efficiency](scaling_efficiency.png)\n"
                 )
     if args.json:
         print(json.dumps(study.to_dict(), indent=2))
         return 0
     print(scaling_table(study))
+    print(f"per-rank compute jitter: cv {study.jitter_cv:g} ({study.jitter_source})")
     for warning in study.warnings:
         print(f"warning: {warning}")
     if study.price_per_gpu_hour is None:

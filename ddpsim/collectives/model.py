@@ -288,6 +288,8 @@ class CollectiveModel:
         # be a little faster than this form (2 % in the tests); equal wherever flows end together.
         if n < 2:
             return 0.0
+        if not topo.uniform:
+            raise ValueError("the closed form reads one node's links for every node: it needs nodes of equal size")
 
         def hop(src: int, dst: int) -> tuple[float, float]:
             route = topo.route(src, dst)
@@ -409,8 +411,8 @@ class CollectiveModel:
         if floor_s > 0:
             intra = self._path_intra.get(id(priced))
             if intra is None:
-                g = topo.gpus_per_node
-                intra = np.array([s // g == d // g for s, d in priced.phase.latency_path], dtype=bool)
+                intra = np.array([topo.node_of(s) == topo.node_of(d) for s, d in priced.phase.latency_path],
+                                 dtype=bool)
                 self._path_intra[id(priced)] = intra
             path_s = np.where(intra, np.maximum(path_s, floor_s), path_s)
         total = float(np.sum(path_s)) * self._plateau(nbytes, algorithm, protocol)
@@ -425,7 +427,7 @@ class CollectiveModel:
         cached = self._seconds_per_byte.get(key)
         if cached is None:
             _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
-            g = self.topology.gpus_per_node
+            node_of = self.topology.node_of
             cached = 0.0
             for index, priced in enumerate(self._structure(algorithm)):
                 if not intra_only and priced.path_latency_s is not None:
@@ -435,7 +437,7 @@ class CollectiveModel:
                     # rates on the node's own links only (network links unbounded): NCCL reads the
                     # ring's bandwidth inside a node off the node's topology whatever the NICs carry;
                     # sharing with the NIC's speed made a faster NIC slow the tree
-                    local = np.array([t.src_rank // g == t.dst_rank // g for t in priced.phase.transfers])
+                    local = np.array([node_of(t.src_rank) == node_of(t.dst_rank) for t in priced.phase.transfers])
                     if not local.any():
                         continue
                     rates = max_min_rates(self._matrix(priced), self._intra_capacity_Bps(), priced.count)
@@ -454,7 +456,8 @@ class CollectiveModel:
         if algorithm == NVLS and self.nvls_efficiency is None:
             raise ValueError("nvls needs NVLink SHARP: an nvswitch node of H100/H200/B200 with cluster.intra_node.nvls "
                              "not off")
-        phases = build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels)
+        phases = build_schedule(_check_algorithm(algorithm), topo.world_size, topo.gpus_per_node, nbytes, self.channels,
+                                None if topo.uniform else topo.node_sizes)
         if algorithm == "hierarchical":
             phases = _pipelined_hierarchical(phases, topo.gpus_per_node, topo.nodes)
         return phases

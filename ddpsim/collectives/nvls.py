@@ -41,10 +41,13 @@ def nvls_of(cluster: ClusterSpec) -> NvlsSpec | None:
     mode = cluster.intra_node.nvls
     if mode == "off":
         return None
-    gpu = get_gpu(cluster.gpu)
+    # a single node group names its own GPU kind, which may not be cluster.gpu
+    gpu = get_gpu(cluster.rank_gpus[0] if cluster.node_groups else cluster.gpu)
     lacks = ""
     if cluster.topology is not None:
         lacks = "a custom topology does not say where its NVSwitches are"
+    elif cluster.node_groups is not None and len(cluster.node_groups) > 1:
+        lacks = "its node_groups differ, and ddpsim models NVLS on alike nodes only"
     elif cluster.intra_node.type != "nvswitch":
         lacks = f"intra_node.type is {cluster.intra_node.type}, and NVLS reduces in an NVSwitch"
     elif gpu.nvls_efficiency <= 0:

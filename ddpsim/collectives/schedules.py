@@ -1,7 +1,11 @@
 """All-reduce algorithms as schedules: phases of concurrent rank-to-rank transfers.
 
 Ranks are numbered node-major (rank = node * gpus_per_node + local index), so NCCL's ring order
-(ranks of a node contiguous, nodes in order) is simply rank order.
+(ranks of a node contiguous, nodes in order) is simply rank order. Nodes of different sizes
+(``node_sizes``) keep that order: NCCL searches each node's own ring over its local GPUs and chains
+the nodes, each node's last GPU of a channel sending to the next node's first (``connectRings`` in
+src/graph/connect.cc), on the fewest channels any rank found (init.cc takes the minimum nChannels
+over ranks), which is what the ring and the tree below do per node.
 
 Latency accounting: a phase without ``latency_path`` is a synchronous step; every transfer pays its
 own hop latency and the step ends with the slowest transfer. A phase with ``latency_path`` is
@@ -14,7 +18,9 @@ so a chunk's 2(n-1) hops, not 2(n-1) times the slowest hop, set its latency (NCC
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,6 +59,17 @@ def _check(n_ranks: int, gpus_per_node: int) -> int:
     return n_ranks // gpus_per_node
 
 
+def _layout(n_ranks: int, gpus_per_node: int, node_sizes: Sequence[int] | None) -> tuple[list[int], list[int]]:
+    """(GPUs of each node, first rank of each node): ``node_sizes`` where given, else equal nodes."""
+    if node_sizes is None:
+        sizes = [gpus_per_node] * _check(n_ranks, gpus_per_node)
+    else:
+        sizes = list(node_sizes)
+        if not sizes or min(sizes) < 1 or sum(sizes) != n_ranks:
+            raise ValueError(f"node sizes {sizes} do not add up to {n_ranks} ranks")
+    return sizes, [0, *itertools.accumulate(sizes[:-1])]
+
+
 def channel_orders(gpus_per_node: int, channels: int) -> list[list[int]]:
     """Local GPU order of each channel: channel k starts at GPU k*g/c and wraps around.
 
@@ -79,24 +96,31 @@ def ring_pairs(gpus_per_node: int, channels: int, n_nodes: int) -> tuple[Counter
     return local, across
 
 
-def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels: int = 1) -> list[Phase]:
+def ring_schedule(n_ranks: int, nbytes: float, gpus_per_node: int = 1, channels: int = 1,
+                  node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """Ring all-reduce: 2(n-1) identical steps; on each of ``channels`` rings every rank sends
     S/(n*channels) to its successor (ranks of a node contiguous, nodes in order)."""
-    n_nodes = _check(n_ranks, gpus_per_node)
+    sizes, firsts = _layout(n_ranks, gpus_per_node, node_sizes)
+    n_nodes = len(sizes)
     if n_ranks < 2:
         return []
-    g = gpus_per_node
     chunk = nbytes / (n_ranks * channels)
-    local, across = ring_pairs(g, channels, n_nodes)
     step: list[Transfer] = []
-    for node in range(n_nodes):
-        base, succ = node * g, ((node + 1) % n_nodes) * g
+    pairs = {g: ring_pairs(g, channels, n_nodes) for g in set(sizes)}
+    for node, g in enumerate(sizes):
+        base, succ = firsts[node], firsts[(node + 1) % n_nodes]
+        local, _ = pairs[g]
         step.extend(Transfer(base + a, base + b, chunk, m) for (a, b), m in local.items() if a != b)
-        step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
+        if n_nodes > 1:
+            # channel k leaves this node from its last GPU and enters the next at that node's first
+            exits = channel_orders(g, channels)
+            entries = channel_orders(sizes[(node + 1) % n_nodes], channels)
+            across = Counter((out[-1], into[0]) for out, into in zip(exits, entries, strict=True))
+            step.extend(Transfer(base + a, succ + b, chunk, m) for (a, b), m in across.items())
     # the latency critical path: 2(n-1) consecutive hops of channel 0 (rank order), starting on an
     # inter-node hop so that the window holds the most of them
     steps = 2 * (n_ranks - 1)
-    start = g - 1 if n_nodes > 1 else 0
+    start = sizes[0] - 1 if n_nodes > 1 else 0
     path = tuple(((start + k) % n_ranks, (start + k + 1) % n_ranks) for k in range(steps))
     return [Phase(tuple(step), repeat=steps, latency_path=path, label="ring reduce-scatter + all-gather")]
 
@@ -158,7 +182,8 @@ def tree_local_pairs(gpus_per_node: int, channels: int) -> Counter[tuple[int, in
     return pairs
 
 
-def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
+def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1,
+                  node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """NCCL-style tree all-reduce as one pipelined phase.
 
     Inside a node the GPUs form a chain headed by the channel's first GPU; across nodes the heads
@@ -168,51 +193,59 @@ def tree_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, channels: int
     concurrent, plus the latency of filling and draining the pipeline: up the deepest path and
     back down (2 x depth hops).
     """
-    n_nodes = _check(n_ranks, gpus_per_node)
+    sizes, firsts = _layout(n_ranks, gpus_per_node, node_sizes)
     if n_ranks < 2:
         return []
-    g = gpus_per_node
     half = nbytes / (2 * channels)
-    orders = channel_orders(g, channels)
-    local = tree_local_pairs(g, channels)
-    transfers = [Transfer(node * g + a, node * g + b, half, m) for node in range(n_nodes) for (a, b), m in local.items()]
-    transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(n_nodes, g, orders).items())
-    order = orders[0]
-    chain = [(order[p], order[p - 1]) for p in range(g - 1, 0, -1)]  # far end of channel 0's chain to its head
-    up_path = _deepest_up_path(n_nodes, g, order[0], chain)
+    local = {g: tree_local_pairs(g, channels) for g in set(sizes)}
+    transfers = [Transfer(firsts[node] + a, firsts[node] + b, half, m)
+                 for node, g in enumerate(sizes) for (a, b), m in local[g].items()]
+    heads = _channel_heads(sizes, firsts, channels)
+    transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(heads).items())
+    # the deepest node's chunk enters at the far end of its channel 0 chain
+    up_path = _deepest_up_path(heads, lambda node: _chain_to_head(sizes[node], firsts[node], channels))
     down_path = [(dst, src) for src, dst in reversed(up_path)]
     return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path), label="double binary tree")]
 
 
-def _head_tree_pairs(n_nodes: int, g: int, orders: list[list[int]]) -> Counter[tuple[int, int]]:
+def _channel_heads(sizes: Sequence[int], firsts: Sequence[int], channels: int) -> list[list[int]]:
+    """Each node's channel heads (each channel's first GPU, as a global rank): they join the trees across nodes."""
+    return [[firsts[node] + order[0] for order in channel_orders(g, channels)] for node, g in enumerate(sizes)]
+
+
+def _chain_to_head(g: int, first: int, channels: int) -> list[tuple[int, int]]:
+    """Channel 0's chain inside a node of ``g`` GPUs, from its far end to its head, as global ranks."""
+    order = channel_orders(g, channels)[0]
+    return [(first + order[p], first + order[p - 1]) for p in range(g - 1, 0, -1)]
+
+
+def _head_tree_pairs(heads: list[list[int]]) -> Counter[tuple[int, int]]:
     """Flows between nodes of NCCL's double binary tree, one per tree edge, direction and channel,
-    between the channels' head GPUs (each channel's first GPU), by (src rank, dst rank)."""
+    between the channels' head GPUs, by (src rank, dst rank)."""
     across: Counter[tuple[int, int]] = Counter()
-    for order in orders:
-        head = order[0]
-        for parents in double_binary_tree(n_nodes):
+    for k in range(len(heads[0])):
+        for parents in double_binary_tree(len(heads)):
             for node, parent in enumerate(parents):
                 if parent != -1:
-                    across[(node * g + head, parent * g + head)] += 1
-                    across[(parent * g + head, node * g + head)] += 1
+                    across[(heads[node][k], heads[parent][k])] += 1
+                    across[(heads[parent][k], heads[node][k])] += 1
     return across
 
 
-def _deepest_up_path(n_nodes: int, g: int, head: int, local: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """A chunk's way up: the ``local`` hops (local GPU pairs) inside the deepest node of the deeper
-    of NCCL's two trees, then its heads' tree edges to the root."""
-    trees = double_binary_tree(n_nodes)
+def _deepest_up_path(heads: list[list[int]], local: Callable[[int], list[tuple[int, int]]]) -> list[tuple[int, int]]:
+    """A chunk's way up: the ``local(node)`` hops inside the deepest node of the deeper of NCCL's two
+    trees, then its channel 0 heads' tree edges to the root."""
+    trees = double_binary_tree(len(heads))
     best_depth, best_tree, best_node = -1, 0, 0
     for t, parents in enumerate(trees):
         depths = _depths(parents)
-        deepest = max(range(n_nodes), key=depths.__getitem__)
+        deepest = max(range(len(heads)), key=depths.__getitem__)
         if depths[deepest] > best_depth:
             best_depth, best_tree, best_node = depths[deepest], t, deepest
-    base = best_node * g
-    path = [(base + a, base + b) for a, b in local]
+    path = list(local(best_node))
     node, parents = best_node, trees[best_tree]
     while parents[node] != -1:
-        path.append((node * g + head, parents[node] * g + head))
+        path.append((heads[node][0], heads[parents[node]][0]))
         node = parents[node]
     return path
 
@@ -242,13 +275,14 @@ def nvls_schedule(n_ranks: int, gpus_per_node: int, nbytes: float, heads: int = 
         pair = nbytes * (g + 1) / (g * (g - 1))
         transfers = [Transfer(node * g + a, node * g + b, pair) for node in range(n_nodes)
                      for a in range(g) for b in range(g) if a != b]
-    orders = channel_orders(g, heads)
+    head_ranks = _channel_heads([g] * n_nodes, [node * g for node in range(n_nodes)], heads)
     if n_nodes > 1:
         half = nbytes / (2 * heads)
-        transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(n_nodes, g, orders).items())
-    head = orders[0][0]
-    local = [((head + 1) % g, head)] if g > 1 else []  # the multicast hop into the head's shard
-    up_path = _deepest_up_path(n_nodes, g, head, local)
+        transfers.extend(Transfer(src, dst, half, m) for (src, dst), m in _head_tree_pairs(head_ranks).items())
+    head = head_ranks[0][0]
+    # the multicast hop into the head's shard, inside the deepest node
+    local = [((head + 1) % g, head)] if g > 1 else []
+    up_path = _deepest_up_path(head_ranks, lambda node: [(node * g + a, node * g + b) for a, b in local])
     down_path = [(dst, src) for src, dst in reversed(up_path[len(local):])]
     return [Phase(tuple(transfers), latency_path=tuple(up_path + down_path),
                   label="NVLS" if n_nodes == 1 else "NVLS tree")]
@@ -297,15 +331,22 @@ def hierarchical_schedule(n_ranks: int, gpus_per_node: int, nbytes: float) -> li
     return phases
 
 
-def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1) -> list[Phase]:
+def build_schedule(algorithm: str, n_ranks: int, gpus_per_node: int, nbytes: float, channels: int = 1,
+                   node_sizes: Sequence[int] | None = None) -> list[Phase]:
     """The schedule of one all-reduce of ``nbytes`` per rank (hierarchical ignores ``channels``:
-    its per-rail rings already use every NIC; NVLS takes them as its heads)."""
+    its per-rail rings already use every NIC; NVLS takes them as its heads). ``node_sizes``: GPUs of each node
+    where they differ (hierarchical and NVLS need them equal: hierarchical's per-rail rings pair GPU i of every
+    node, and NVLS is modelled on equal nodes only)."""
     if algorithm == "ring":
-        return ring_schedule(n_ranks, nbytes, gpus_per_node, channels)
+        return ring_schedule(n_ranks, nbytes, gpus_per_node, channels, node_sizes)
     if algorithm == "tree":
-        return tree_schedule(n_ranks, gpus_per_node, nbytes, channels)
+        return tree_schedule(n_ranks, gpus_per_node, nbytes, channels, node_sizes)
     if algorithm == "hierarchical":
+        if node_sizes is not None and len(set(node_sizes)) > 1:
+            raise ValueError("hierarchical all-reduce pairs GPU i of every node: it needs nodes of equal size")
         return hierarchical_schedule(n_ranks, gpus_per_node, nbytes)
     if algorithm == NVLS:
+        if node_sizes is not None and len(set(node_sizes)) > 1:
+            raise ValueError("the NVLS model needs nodes of equal size")
         return nvls_schedule(n_ranks, gpus_per_node, nbytes, channels)
     raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {', '.join(ALGORITHMS)}")

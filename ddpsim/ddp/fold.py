@@ -15,6 +15,11 @@ times its jitter draw). Hence:
   communication slowdowns and in-flight limits. What is lost: the timelines of dropped ranks,
   and ``critical_rank`` among exact ties (the lowest simulated rank wins).
 
+Ranks of different GPU kinds (``cluster.node_groups``) run different costs, not one cost scaled,
+so ``classes`` keeps them apart: a rank folds with, and is dropped for, ranks of its own kind only.
+Which node a rank sits on does not matter here: an all-reduce is priced for the whole cluster
+(uneven nodes included) and every rank waits for its end.
+
 Identical ranks (no perturbation, a degraded link) fold into one; one straggler gives two
 simulated ranks; jitter with one step gives rank 0 and the slowest rank; jitter over d steps
 gives the Pareto front of n points in d dimensions, O(log(n)^(d-1)) ranks for independent draws.
@@ -94,25 +99,32 @@ def _maximal(rows: np.ndarray) -> np.ndarray:
     return np.array(front, dtype=np.int64)
 
 
-def plan_ranks(factors: np.ndarray, fold: bool = True) -> RankPlan:
+def plan_ranks(factors: np.ndarray, fold: bool = True, classes: np.ndarray | None = None) -> RankPlan:
     """Fold identical ranks and drop dominated ones (see the module docstring); rank 0 is always
-    simulated, as the Result's breakdown is rank 0's. ``fold=False``: simulate every rank."""
+    simulated, as the Result's breakdown is rank 0's. ``fold=False``: simulate every rank.
+    ``classes``: per rank, its kind (ranks of different kinds never fold together)."""
     world = factors.shape[0]
     if not fold:
         return RankPlan({r: tuple(factors[r].tolist()) for r in range(world)}, {r: (r,) for r in range(world)}, 0)
-    rows, first, inverse = np.unique(factors, axis=0, return_index=True, return_inverse=True)
+    kinds = np.zeros(world) if classes is None else np.asarray(classes, dtype=np.float64)
+    rows, first, inverse = np.unique(np.column_stack((kinds, factors)), axis=0, return_index=True,
+                                     return_inverse=True)
     inverse = inverse.reshape(-1)
     keep = np.zeros(len(rows), dtype=bool)
     keep[inverse[0]] = True
-    if len(rows) > 1:
-        keep[_maximal(rows)] = True
+    for kind in np.unique(rows[:, 0]):
+        same = np.flatnonzero(rows[:, 0] == kind)
+        if len(same) > 1:
+            keep[same[_maximal(rows[same, 1:])]] = True
+        else:
+            keep[same] = True
     members_of = np.argsort(inverse, kind="stable")
     bounds = np.searchsorted(inverse[members_of], np.arange(len(rows) + 1))
     factors_by_rep: dict[int, tuple[float, ...]] = {}
     members: dict[int, tuple[int, ...]] = {}
     for cls in sorted(np.flatnonzero(keep).tolist(), key=lambda c: int(first[c])):
         rep = int(first[cls])
-        factors_by_rep[rep] = tuple(rows[cls].tolist())
+        factors_by_rep[rep] = tuple(rows[cls, 1:].tolist())
         members[rep] = tuple(members_of[bounds[cls]:bounds[cls + 1]].tolist())
     dropped = world - sum(len(m) for m in members.values())
     return RankPlan(factors_by_rep, members, dropped)

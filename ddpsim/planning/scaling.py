@@ -1,5 +1,9 @@
 """Scaling and cost (the same job on more nodes) and step-time variability (jitter, a straggler, a
-degraded link). Both only re-run ``simulate()`` on changed scenarios and turn Results into numbers."""
+degraded link). Both only re-run ``simulate()`` on changed scenarios and turn Results into numbers.
+
+A scaling study runs twice: with per-rank compute jitter (the scenario's own, else
+``simulation.scale_jitter_cv``, measured) and without, because the slowest of more ranks is slower and
+a curve without jitter overstates large clusters."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from typing import Any
 
 from ddpsim.errors import ScenarioError
 from ddpsim.results import Result
-from ddpsim.scenario.schema import Scenario
+from ddpsim.scenario.schema import MAX_PER_RANK_GPUS, Scenario
 from ddpsim.units import format_time
 
 SECONDS_PER_HOUR = 3600.0
@@ -38,16 +42,25 @@ class ScalePoint:
 
 @dataclass
 class ScalingStudy:
+    """``points``: with ``jitter_cv`` per rank (each point's efficiency against one node with the same
+    jitter); ``no_jitter``: the same node counts without it (empty when ``jitter_cv`` is 0)."""
+
     points: list[ScalePoint]
     price_per_gpu_hour: float | None
     baseline: ScalePoint  # the one-node run every efficiency is measured against
     warnings: list[str] = field(default_factory=list)
+    jitter_cv: float = 0.0
+    jitter_source: str = "none"
+    no_jitter: list[ScalePoint] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "price_per_gpu_hour": self.price_per_gpu_hour,
             "baseline_nodes": self.baseline.nodes,
+            "jitter_cv": self.jitter_cv,
+            "jitter_source": self.jitter_source,
             "points": [dataclasses.asdict(p) for p in self.points],
+            "no_jitter_points": [dataclasses.asdict(p) for p in self.no_jitter],
             "warnings": list(self.warnings),
         }
 
@@ -63,12 +76,13 @@ def _parse_nodes(nodes: Sequence[int], file: str) -> list[int]:
 
 def at_nodes(scenario: Scenario, nodes: int) -> Scenario:
     """The scenario on ``nodes`` nodes, everything else unchanged."""
-    if scenario.cluster.topology is not None:
-        raise ScenarioError(
-            "a custom topology fixes the node count; scaling needs a preset cluster (nodes, gpus_per_node)",
-            file=scenario.source,
-            field="cluster.topology",
-        )
+    for fixed, what in (("topology", "a custom topology"), ("node_groups", "node groups")):
+        if getattr(scenario.cluster, fixed) is not None:
+            raise ScenarioError(
+                f"{what} fix the node count; scaling needs a preset cluster of alike nodes (nodes, gpus_per_node)",
+                file=scenario.source,
+                field=f"cluster.{fixed}",
+            )
     from ddpsim.scenario.load import simulation_problem, world_size_problem
 
     world = nodes * scenario.cluster.gpus_per_node
@@ -115,30 +129,68 @@ def _point(nodes: int, result: Result, per_gpu_base: float, price: float | None)
     )
 
 
+# a jittered step is the median of at least this many simulated steps: one draw per rank is noisy on few ranks
+SCALE_JITTER_STEPS = 5
+
+
+def scale_jitter(scenario: Scenario) -> tuple[float, str]:
+    """(per-rank jitter cv the scaling study simulates, where it came from). The scenario's own jitter
+    wins; else ``simulation.scale_jitter_cv`` (its default measured: see its doc in the schema)."""
+    sim = scenario.simulation
+    if sim.jitter_from_profile:
+        return 0.0, "the workload profile's own step spread (simulation.jitter_from_profile)"
+    if "simulation.jitter_cv" not in scenario.defaulted_fields:
+        return sim.jitter_cv, f"simulation.jitter_cv of scenario {scenario.source}"
+    if "simulation.scale_jitter_cv" not in scenario.defaulted_fields:
+        return sim.scale_jitter_cv, f"simulation.scale_jitter_cv of scenario {scenario.source}"
+    return sim.scale_jitter_cv, ("ddpsim's default simulation.scale_jitter_cv: the median step-time spread of the "
+                                 "measured profiles under validation/data")
+
+
+def _curve(scenario: Scenario, counts: list[int], price: float | None) -> tuple[dict[int, Result], ScalePoint,
+                                                                                list[ScalePoint]]:
+    from ddpsim.simulation import simulate
+
+    scenarios = {n: at_nodes(scenario, n) for n in [*counts, 1]}  # every count checked before any runs
+    results = {n: simulate(scenarios[n]) for n in dict.fromkeys([*counts, 1])}
+    base_result = results[1]
+    per_gpu_base = base_result.samples_per_s / base_result.world_size
+    return results, _point(1, base_result, per_gpu_base, price), [
+        _point(n, results[n], per_gpu_base, price) for n in counts]
+
+
 def scaling_study(
     scenario: Scenario, nodes: Sequence[int], price_per_gpu_hour: float | None = None
 ) -> ScalingStudy:
-    """Simulate the scenario on each node count (and on one node, the efficiency baseline)."""
-    from ddpsim.simulation import simulate
-
+    """Simulate the scenario on each node count (and on one node, the efficiency baseline), with the
+    per-rank jitter of ``scale_jitter`` and, beside it, without."""
     counts = _parse_nodes(nodes, scenario.source)
     price = price_per_gpu_hour if price_per_gpu_hour is not None else scenario.price_per_gpu_hour
     if price is not None and price < 0:
         raise ScenarioError(f"must not be negative, got {price}", file=scenario.source, field="--price-per-gpu-hour")
-    scenarios = {n: at_nodes(scenario, n) for n in [*counts, 1]}  # every count checked before any runs
-    results = {n: simulate(scenarios[n]) for n in counts}
-    if 1 not in results:
-        results[1] = simulate(scenarios[1])
-    base_result = results[1]
-    per_gpu_base = base_result.samples_per_s / base_result.world_size
-    points = [_point(n, results[n], per_gpu_base, price) for n in counts]
+    jitter_cv, jitter_source = scale_jitter(scenario)
+    sim = scenario.simulation
+    largest = max(counts) * scenario.cluster.gpus_per_node
+    if jitter_cv > 0 and largest > MAX_PER_RANK_GPUS:
+        jitter_cv, jitter_source = 0.0, (f"none: {largest:,} GPUs, and jitter simulates every rank on its own, "
+                                         f"at most {MAX_PER_RANK_GPUS:,} (the curve below assumes identical ranks)")
+    steady = dataclasses.replace(scenario, simulation=dataclasses.replace(sim, jitter_cv=0.0))
+    no_jitter: list[ScalePoint] = []
+    if jitter_cv > 0:
+        jittered = dataclasses.replace(scenario, simulation=dataclasses.replace(
+            sim, jitter_cv=jitter_cv, iterations=max(sim.iterations, SCALE_JITTER_STEPS)))
+        _, _, no_jitter = _curve(steady, counts, price)
+        _, baseline, points = _curve(jittered, counts, price)
+        jitter_source += f"; each point the median of {jittered.simulation.iterations} simulated steps"
+    else:
+        _, baseline, points = _curve(scenario if sim.jitter_from_profile else steady, counts, price)
     warnings = [
         f"{p.nodes} node(s): {p.memory_per_gpu_bytes / 2**30:.1f} GiB per GPU needed, "
         f"{p.gpu_memory_bytes / 2**30:.0f} GiB available: DOES NOT FIT"
         for p in points
         if not p.fits_in_memory
     ]
-    return ScalingStudy(points, price, _point(1, base_result, per_gpu_base, price), warnings)
+    return ScalingStudy(points, price, baseline, warnings, jitter_cv, jitter_source, no_jitter)
 
 
 def scaling_table(study: ScalingStudy, markdown: bool = False) -> str:
@@ -147,15 +199,20 @@ def scaling_table(study: ScalingStudy, markdown: bool = False) -> str:
     lm = any(p.tokens_per_s for p in study.points)
     headers = ["nodes", "GPUs", "step time", "samples/s"] + (["tokens/s"] if lm else [])
     headers += ["efficiency", "exposed comm"]
+    if study.no_jitter:
+        headers += ["step time, no jitter", "efficiency, no jitter"]
     if study.price_per_gpu_hour is not None:
         headers.append(f"cost / 1M {study.points[0].cost_unit}")
     headers.append("memory per GPU")
     rows = []
-    for p in study.points:
+    for i, p in enumerate(study.points):
         row: list[object] = [p.nodes, p.gpus, format_time(p.step_time_s), f"{p.samples_per_s:,.0f}"]
         if lm:
             row.append(f"{p.tokens_per_s:,.0f}" if p.tokens_per_s else "-")
         row += [f"{100 * p.efficiency:.1f}%", f"{100 * p.comm_fraction:.1f}%"]
+        if study.no_jitter:
+            steady = study.no_jitter[i]
+            row += [format_time(steady.step_time_s), f"{100 * steady.efficiency:.1f}%"]
         if study.price_per_gpu_hour is not None:
             row.append(f"{p.cost_per_million:,.4g}" if p.cost_per_million is not None else "-")
         memory = f"{p.memory_per_gpu_bytes / 2**30:.1f} / {p.gpu_memory_bytes / 2**30:.0f} GiB"
@@ -168,7 +225,10 @@ def plot_scaling(study: ScalingStudy, path: str) -> None:
     from ddpsim.report.plots import line_plot
 
     gpus = [float(p.gpus) for p in study.points]
-    series = {"scaling efficiency (%)": [100 * p.efficiency for p in study.points]}
+    label = f"per-rank jitter cv {study.jitter_cv:g} (%)" if study.no_jitter else "scaling efficiency (%)"
+    series = {label: [100 * p.efficiency for p in study.points]}
+    if study.no_jitter:
+        series["no jitter (%)"] = [100 * p.efficiency for p in study.no_jitter]
     logx = len(gpus) > 1 and min(gpus) > 0 and max(gpus) / min(gpus) >= 8
     line_plot(path, gpus, series, "GPUs", "throughput per GPU vs one node (%)", "scaling efficiency", logx=logx)
 

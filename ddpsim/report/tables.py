@@ -54,7 +54,10 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
     cap = "default (25 MiB, first 1 MiB)" if result.bucket_cap_mb is None else f"{result.bucket_cap_mb:g} MiB"
     rows = [
         ("model", result.model),
-        ("cluster", f"{result.nodes} x {result.gpus_per_node} {result.gpu} ({result.world_size} GPUs)"),
+        # nodes of different sizes (cluster.node_groups) have no one GPU count to multiply
+        ("cluster", f"{result.nodes} x {result.gpus_per_node} {result.gpu} ({result.world_size} GPUs)"
+         if result.nodes * result.gpus_per_node == result.world_size
+         else f"{result.nodes} nodes of uneven size, {result.gpu} ({result.world_size} GPUs)"),
         ("all-reduce", f"{result.algorithm} / {result.protocol}" if result.world_size > 1 else "none (1 GPU)"),
         ("bucket_cap_mb", cap),
         ("buckets", str(len(result.buckets))),

@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.schema import (
     FREE_TEXT_KEYS,
     INTRA_DEFAULTS,
@@ -34,6 +35,7 @@ from ddpsim.scenario.schema import (
     FieldSpec,
     InterNodeSpec,
     IntraNodeSpec,
+    NodeGroupSpec,
     OverheadSpec,
     ParallelSpec,
     Scenario,
@@ -256,33 +258,89 @@ def _topology(r: _Reader) -> CustomTopologySpec:
     return CustomTopologySpec(gpus=tuple(gpus), links=tuple(links), gpus_per_node=per_node)
 
 
+def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float, intra_Bps: float) -> tuple[NodeGroupSpec, ...]:
+    """``cluster.node_groups``: each group's GPU kind checked against the catalog, its gaps filled from
+    ``cluster.gpu``, ``cluster.inter_node.nic_bandwidth`` and ``cluster.intra_node.bandwidth``."""
+    raw = r.data.get("node_groups")
+    if not isinstance(raw, list) or not raw:
+        raise r.error("node_groups", "expected a non-empty list of {count, gpus_per_node, gpu, nic_bandwidth}")
+    groups = []
+    for i, item in enumerate(raw):
+        group_reader = _Reader(item, f"{r.path}.node_groups[{i}]", r.file, _keys(NodeGroupSpec), r.defaulted)
+        values = read_fields(NodeGroupSpec, group_reader)
+        kind = values["gpu"] if values["gpu"] is not None else gpu
+        if kind is None:
+            raise group_reader.error("gpu", "missing: name the group's GPU here or give cluster.gpu")
+        try:
+            values["gpu"] = get_gpu(kind).name
+        except ScenarioError as exc:
+            # the catalog names cluster.gpu; the kind came from this group (or its default)
+            where = "gpu" if group_reader.has("gpu") else "gpu (from cluster.gpu)"
+            raise group_reader.error(where, exc.detail) from None
+        if values["nic_bandwidth_Bps"] is None:
+            values["nic_bandwidth_Bps"] = nic_Bps
+        if values["intra_bandwidth_Bps"] is None:
+            values["intra_bandwidth_Bps"] = intra_Bps
+        groups.append(NodeGroupSpec(**values))
+    if all(isinstance(item, dict) and item.get("nic_bandwidth") is not None for item in raw):
+        # every group wrote its own rate: inter_node.nic_bandwidth's default reached no NIC, so it is not reported
+        r.defaulted.discard(r._join(r.path, "inter_node.nic_bandwidth"))
+    return tuple(groups)
+
+
 def _cluster(r: _Reader) -> ClusterSpec:
     topology = _topology(r.section(CustomTopologySpec, "topology")) if r.has("topology") else None
-    if topology is not None:
-        for key in ("nodes", "gpus_per_node"):
-            if key in r.data:
-                # the graph decides both; a number beside it would be silently replaced
-                raise r.error(key, f"is set by cluster.topology ({len(topology.gpus)} GPUs in nodes of "
-                                   f"{topology.gpus_per_node}); drop it, or write cluster.topology.gpus_per_node")
-    plain = read_fields(ClusterSpec, r)
+    grouped = "node_groups" in r.data
+    if topology is not None and grouped:
+        raise r.error("node_groups", "and cluster.topology both describe the nodes: write one of them")
+    for key in ("nodes", "gpus_per_node"):
+        if key in r.data and (topology is not None or grouped):
+            # the graph or the groups decide both; a number beside them would be silently replaced
+            owner = (f"cluster.topology ({len(topology.gpus)} GPUs in nodes of {topology.gpus_per_node}); drop it, "
+                     "or write cluster.topology.gpus_per_node" if topology is not None
+                     else "cluster.node_groups (each group's count and gpus_per_node); drop it")
+            raise r.error(key, f"is set by {owner}")
+    if grouped and "gpu" not in r.data:
+        # the groups may name every kind themselves: cluster.gpu is then only their default
+        plain: dict[str, Any] = {name: None if name == "gpu" else r.value(fs) for name, fs in field_specs(ClusterSpec)
+                                 if fs.kind not in ("section", "list")}
+    else:
+        plain = read_fields(ClusterSpec, r)
+    if grouped:
+        r.defaulted.difference_update({r._join(r.path, "nodes"), r._join(r.path, "gpus_per_node")})
+    inter_reader = r.section(InterNodeSpec, "inter_node")
+    inter = InterNodeSpec(**read_fields(InterNodeSpec, inter_reader))
+    intra = _intra(r.section(IntraNodeSpec, "intra_node"))
+    groups = _node_groups(r, plain["gpu"], inter.nic_bandwidth_Bps, intra.bandwidth_Bps) if grouped else None
     if topology is not None:
         plain["gpus_per_node"] = topology.gpus_per_node
         plain["nodes"] = len(topology.gpus) // topology.gpus_per_node
+    if groups is not None:
+        # the first group stands for the cluster where one number is asked for (reports); node_sizes and
+        # rank_gpus say what each node and rank has
+        plain["gpu"] = plain["gpu"] or groups[0].gpu
+        plain["nodes"] = sum(group.count for group in groups)
+        plain["gpus_per_node"] = groups[0].gpus_per_node
+        world = sum(group.count * group.gpus_per_node for group in groups)
+        if world > MAX_WORLD_SIZE:
+            raise r.error("node_groups", f"has {world:,} GPUs; ddpsim simulates at most {MAX_WORLD_SIZE:,}")
     problem = world_size_problem(plain["nodes"], plain["gpus_per_node"])
-    if problem:
+    if problem and groups is None:
         raise r.error("nodes", problem)
-    inter_reader = r.section(InterNodeSpec, "inter_node")
-    inter = InterNodeSpec(**read_fields(InterNodeSpec, inter_reader))
     if topology is not None and inter.duplex_factor < 1.0:
         # a custom graph's links carry their own rates; a budget shared by both directions would have
         # to be a link of the graph, and silently ignoring the number would report a full-duplex step
         raise inter_reader.error("duplex_factor", "applies to the preset networks only; with cluster.topology write "
                                  "the endpoint's shared budget as a link of the graph")
+    if topology is not None and inter.nodes_per_leaf is not None:
+        raise inter_reader.error("nodes_per_leaf", "applies to the preset networks only; a custom topology's "
+                                 "switches are its own vertices")
     return ClusterSpec(
         **plain,
-        intra_node=_intra(r.section(IntraNodeSpec, "intra_node")),
+        intra_node=intra,
         inter_node=inter,
         topology=topology,
+        node_groups=groups,
     )
 
 
@@ -385,12 +443,22 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
 
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
         calibration = read_calibration(resolved)
+    parallel_reader, collective_reader = root.section(ParallelSpec, "parallel"), root.section(CollectiveSpec, "collective")
+    parallel = ParallelSpec(**read_fields(ParallelSpec, parallel_reader))
+    collective = CollectiveSpec(**read_fields(CollectiveSpec, collective_reader))
+    if cluster.node_groups is not None:
+        if parallel.strategy in ("zero2", "zero3") and (not cluster.uniform or len(set(cluster.rank_gpus)) > 1):
+            raise parallel_reader.error("strategy", "the sharded step is simulated on alike nodes only; "
+                                        "cluster.node_groups differ in GPU count or kind")
+        if collective.algorithm == "hierarchical" and not cluster.uniform:
+            raise collective_reader.error("algorithm", "hierarchical pairs GPU i of every node; cluster.node_groups "
+                                          "have nodes of different GPU counts (use ring, tree or auto)")
     return Scenario(
         workload=WorkloadSpec(**read_fields(WorkloadSpec, root.section(WorkloadSpec, "workload"))),
         cluster=cluster,
         ddp=DDPSpec(**read_fields(DDPSpec, root.section(DDPSpec, "ddp"))),
-        parallel=ParallelSpec(**read_fields(ParallelSpec, root.section(ParallelSpec, "parallel"))),
-        collective=CollectiveSpec(**read_fields(CollectiveSpec, root.section(CollectiveSpec, "collective"))),
+        parallel=parallel,
+        collective=collective,
         overheads=OverheadSpec(**read_fields(OverheadSpec, root.section(OverheadSpec, "overheads"))),
         simulation=_simulation(root.section(SimulationSpec, "simulation"), cluster.world_size),
         calibration_path=calibration_path,

@@ -50,6 +50,8 @@ def inter_node_source(scenario: Scenario) -> str:
         "cluster.inter_node.oversubscription": f"{inter.oversubscription:g}",
         "cluster.inter_node.nics_per_node": "one per GPU" if inter.nics_per_node is None else str(inter.nics_per_node),
         "cluster.inter_node.duplex_factor": f"{inter.duplex_factor:g}",
+        "cluster.inter_node.nodes_per_leaf": ("one leaf per rail" if inter.type == "rail-fat-tree" else "1")
+        if inter.nodes_per_leaf is None else str(inter.nodes_per_leaf),
     }, "nothing measured them")
 
 

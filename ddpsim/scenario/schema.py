@@ -46,6 +46,7 @@ SHARD_DTYPES = ("auto", "fp32", "bf16", "fp16")
 SHARD_GROUPS = ("world", "node")
 
 MIB = 1024 * 1024
+SCALE_JITTER_CV = 0.056  # simulation.scale_jitter_cv's default; its doc says where it was measured
 DEFAULT_BUCKET_CAP_MB = 25
 DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 
@@ -112,7 +113,8 @@ class InterNodeSpec:
     nic_bandwidth_Bps: float = spec("nic_bandwidth", "bandwidth", "per NIC per direction", "400Gbps",
                                     code_default=False, **BANDWIDTH_BOUNDS)
     latency_s: float = spec("latency", "time", "per network hop", "5us", code_default=False, **LATENCY_BOUNDS)
-    oversubscription: float = spec("oversubscription", "number", "ratio of the fabric (1 = non-blocking)", 1.0,
+    oversubscription: float = spec("oversubscription", "number", "ratio of the fabric (1 = non-blocking): a leaf's "
+                                   "uplinks to the spine carry 1/oversubscription of what its ports inject", 1.0,
                                    minimum=1.0, maximum=1000.0, low_rule="is a ratio >= 1 (1 = non-blocking)")
     nics_per_node: int | None = spec("nics_per_node", "int", "NICs of a node", None, minimum=1,
                                      maximum=MAX_GPUS_PER_NODE, default_text="one per GPU")
@@ -124,6 +126,11 @@ class InterNodeSpec:
         "writes it as a link)", 1.0,
         minimum=0.5, maximum=1.0, low_rule="is at least 0.5 (0.5: half duplex, both directions share one rate)",
         high_rule="is a fraction and must be at most 1")
+    nodes_per_leaf: int | None = spec(
+        "nodes_per_leaf", "int", "nodes under one leaf switch (rail-fat-tree: per rail); leaves join through a "
+        "spine whose uplinks carry 1/oversubscription of what a leaf's ports inject", None, minimum=1,
+        maximum=MAX_WORLD_SIZE, default_text="rail-fat-tree: every node (one leaf per rail, no spine between "
+        "nodes); fat-tree, ethernet: 1 (every flow through the spine)")
 
 
 @dataclass(frozen=True)
@@ -146,9 +153,28 @@ class CustomTopologySpec:
 
 
 @dataclass(frozen=True)
+class NodeGroupSpec:
+    """Nodes alike: how many, their GPUs and their links (``cluster.node_groups``, for uneven clusters).
+    The loader fills what a group leaves out from the cluster's fields (None: the cluster's).
+
+    Ranks are numbered node-major in the order the groups are written, as a launcher numbers them
+    when its host list follows that order."""
+
+    count: int = spec("count", "int", "nodes in this group", REQUIRED, minimum=1, maximum=MAX_WORLD_SIZE)
+    gpus_per_node: int = spec("gpus_per_node", "int", "GPUs of each node of the group", REQUIRED, minimum=1,
+                              maximum=MAX_GPUS_PER_NODE)
+    gpu: str | None = spec("gpu", "text", "a GPU of the catalog", None, default_text="cluster.gpu")
+    nic_bandwidth_Bps: float | None = spec("nic_bandwidth", "bandwidth", "per NIC per direction", None,
+                                           default_text="cluster.inter_node.nic_bandwidth", **BANDWIDTH_BOUNDS)
+    intra_bandwidth_Bps: float | None = spec("intra_bandwidth", "bandwidth", "between the GPUs of each node of the group, "
+                                      "per GPU per direction (the links are cluster.intra_node.type)", None,
+                                      default_text="cluster.intra_node.bandwidth", **BANDWIDTH_BOUNDS)
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
-    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200)",
-                    REQUIRED)
+    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200); "
+                    "with node_groups, the kind of groups that name none (omit it if all do)", REQUIRED)
     nodes: int = spec("nodes", "int", "nodes", 1, code_default=False, minimum=1, maximum=MAX_WORLD_SIZE)
     gpus_per_node: int = spec("gpus_per_node", "int", "GPUs per node", 8, code_default=False, minimum=1,
                               maximum=MAX_GPUS_PER_NODE)
@@ -156,9 +182,37 @@ class ClusterSpec:
     inter_node: InterNodeSpec = section("inter_node", "the network between nodes", optional=True)
     topology: CustomTopologySpec | None = section(
         "topology", "a custom graph instead of nodes, gpus_per_node, intra_node and inter_node", lambda: None)
+    # the loader fills every group's gpu and nic_bandwidth; None: nodes x gpus_per_node alike
+    node_groups: tuple[NodeGroupSpec, ...] | None = spec(
+        "node_groups", "list", "nodes of different GPU counts, GPU kinds or NICs, instead of nodes and "
+        "gpus_per_node: [{count, gpus_per_node, gpu, nic_bandwidth, intra_bandwidth}], ranks node-major in this "
+        "order", None,
+        default_text="not set")
+
+    @property
+    def node_sizes(self) -> tuple[int, ...]:
+        """GPUs of each node, in rank order."""
+        if self.node_groups is None:
+            return (self.gpus_per_node,) * self.nodes
+        return tuple(group.gpus_per_node for group in self.node_groups for _ in range(group.count))
+
+    @property
+    def uniform(self) -> bool:
+        """Every node has as many GPUs (of whatever kind): the schedules' node-major arithmetic holds."""
+        return len(set(self.node_sizes)) == 1
+
+    @property
+    def rank_gpus(self) -> tuple[str, ...]:
+        """The GPU kind of each rank, in rank order."""
+        if self.node_groups is None:
+            return (self.gpu,) * self.world_size
+        return tuple(group.gpu or self.gpu for group in self.node_groups
+                     for _ in range(group.count * group.gpus_per_node))
 
     @property
     def world_size(self) -> int:
+        if self.node_groups is not None:
+            return sum(group.count * group.gpus_per_node for group in self.node_groups)
         return self.nodes * self.gpus_per_node
 
 
@@ -242,6 +296,12 @@ class SimulationSpec:
                             "(lognormal)", 0.0, minimum=0.0, maximum=10.0)
     jitter_from_profile: bool = spec("jitter_from_profile", "bool", "jitter with the coefficient of variation of the "
                                      "measured profile's own step times (p10..p90) instead of jitter_cv", False)
+    scale_jitter_cv: float = spec(
+        "scale_jitter_cv", "number", "the per-rank jitter_cv `ddpsim scale` simulates where neither jitter_cv nor "
+        "jitter_from_profile is set, its curve without jitter beside it (0: none): 0.056, the median step-time "
+        "coefficient of variation of the 176 measured profiles under validation/data/*/profiles (47 campaign folders, "
+        "H100 and H200; each profile's step p10..p90 read as a lognormal, as jitter_from_profile reads it; "
+        "quartiles 0.024 and 0.095, GPT-2 124M's own median 0.056)", SCALE_JITTER_CV, minimum=0.0, maximum=10.0)
     straggler_rank: int | None = spec("straggler_rank", "int", "one rank whose compute is slower", None, minimum=0,
                                       maximum=MAX_WORLD_SIZE - 1, default_text="none")
     straggler_slowdown: float = spec("straggler_slowdown", "number", "the straggler's compute takes this many times "
@@ -287,6 +347,10 @@ _SECTION_CLASSES: dict[str, type] = {
     "overheads": OverheadSpec,
     "simulation": SimulationSpec,
 }
+
+
+# lists whose items are mappings of their own fields (the README's table gives one row per item field)
+_LIST_ITEMS: dict[str, type] = {"links": TopologyLink, "node_groups": NodeGroupSpec}
 
 
 def section_class(key: str) -> type:
@@ -339,10 +403,10 @@ def _rows(cls: type, prefix: str) -> list[list[str]]:
             rows += _rows(section_class(fs.key), dotted + ".")
             continue
         kind = KIND_TEXT[fs.kind]
-        if fs.kind == "list" and fs.key == "links":
+        if fs.kind == "list" and fs.key in _LIST_ITEMS:
             rows.append([f"`{dotted}`", kind, _default_text(fs), "", fs.doc])
             rows += [[f"`{dotted}[i].{f.key}`", KIND_TEXT[f.kind], _default_text(f), _range_text(f), f.doc]
-                     for _n, f in field_specs(TopologyLink)]
+                     for _n, f in field_specs(_LIST_ITEMS[fs.key])]
             continue
         rows.append([f"`{dotted}`", kind, _default_text(fs), _range_text(fs), fs.doc])
     return rows

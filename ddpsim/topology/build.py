@@ -74,12 +74,15 @@ class Topology:
         graph: ``nx.DiGraph``; edges carry bandwidth_Bps, latency_s, link_class ("intra"|"inter")
             and link_id (the index into the per-link arrays).
         gpu_vertices: vertex name of each rank, in rank order.
+        node_sizes: GPUs of each node in rank order (ranks node-major); ``gpus_per_node`` is the
+            first node's, which is every node's unless ``uniform`` is False.
         capacity_Bps: per directed link, bytes/s.
         latency_s: per directed link, seconds.
         link_class: per directed link, "intra" or "inter".
         intra_transport: how GPUs of one node talk ("nvlink", "pci", "shm" or "net").
         nics_per_node: distinct network ports a node's GPUs send through (0 on one node; 1 for
-            custom graphs, whose ports are not known): how many rings NCCL would spread over.
+            custom graphs, whose ports are not known; the fewest of any node where nodes differ, as
+            NCCL keeps the fewest channels any rank found): how many rings NCCL would spread over.
     """
 
     def __init__(
@@ -93,12 +96,21 @@ class Topology:
         intra_transport: str,
         description: str,
         nics_per_node: int = 1,
+        node_sizes: Sequence[int] | None = None,
     ) -> None:
         self.graph = graph
         self.gpu_vertices: tuple[str, ...] = tuple(gpu_vertices)
         self.gpus_per_node = gpus_per_node
         self.world_size = len(self.gpu_vertices)
-        self.nodes = self.world_size // gpus_per_node
+        if node_sizes is None:
+            node_sizes = (gpus_per_node,) * (self.world_size // gpus_per_node)
+        if sum(node_sizes) != self.world_size:
+            raise ValueError(f"node sizes {tuple(node_sizes)} do not add up to {self.world_size} GPUs")
+        self.node_sizes: tuple[int, ...] = tuple(node_sizes)
+        self.uniform = len(set(self.node_sizes)) == 1
+        self.nodes = len(self.node_sizes)
+        self.node_first_rank: tuple[int, ...] = tuple(int(x) for x in np.cumsum((0, *self.node_sizes[:-1])))
+        self._node_of_rank: tuple[int, ...] = tuple(n for n, size in enumerate(self.node_sizes) for _ in range(size))
         self.capacity_Bps = np.asarray(links.bandwidth_Bps, dtype=np.float64)
         self.latency_s = np.asarray(links.latency_s, dtype=np.float64)
         self.link_class: tuple[str, ...] = tuple(links.link_class)
@@ -114,7 +126,7 @@ class Topology:
         return len(self.capacity_Bps)
 
     def node_of(self, rank: int) -> int:
-        return rank // self.gpus_per_node
+        return self._node_of_rank[rank]
 
     def route(self, src_rank: int, dst_rank: int) -> Route:
         """The directed links a transfer from ``src_rank`` to ``dst_rank`` crosses (cached)."""
@@ -150,7 +162,7 @@ class Topology:
         """The first inter-node link a rank's traffic to another node enters (None on one node)."""
         if self.nodes < 2:
             return None
-        other = (rank + self.gpus_per_node) % self.world_size
+        other = self.node_first_rank[(self.node_of(rank) + 1) % self.nodes]
         for link_id in self.route(rank, other).link_ids:
             if self.link_class[link_id] == "inter":
                 return link_id
@@ -179,6 +191,7 @@ class Topology:
             intra_transport=self.intra_transport,
             description=self.description,
             nics_per_node=self.nics_per_node,
+            node_sizes=self.node_sizes,
         )
         twin._routes = self._routes  # routes depend on structure only, never on capacity
         return twin
@@ -187,15 +200,19 @@ class Topology:
         return f"Topology({self.description}, {self.world_size} GPUs, {self.n_links} directed links)"
 
 
-def build_topology(cluster: ClusterSpec, *, nodes_per_leaf: int = 1) -> Topology:
+def build_topology(cluster: ClusterSpec, *, nodes_per_leaf: int | None = None) -> Topology:
     """Build the link graph of a cluster.
 
-    ``nodes_per_leaf`` only shapes fat-tree and ethernet networks: how many nodes share a leaf
-    switch. The default, 1, sends every inter-node flow through the spine, so oversubscription
-    always applies (the conservative reading of a fat tree whose radix the scenario does not give).
+    ``nodes_per_leaf`` (default ``cluster.inter_node.nodes_per_leaf``) shapes the network's leaves:
+    how many nodes share a leaf switch (on a rail-optimised fabric, one leaf per rail per group of
+    nodes). Unset, a fat-tree or ethernet network gets 1, which sends every inter-node flow through
+    the spine, so oversubscription always applies (the conservative reading of a fat tree whose radix
+    the scenario does not give), and a rail-optimised one gets every node, one leaf per rail.
     """
     if cluster.topology is not None:
         return _build_custom(cluster, cluster.topology)
+    if nodes_per_leaf is None:
+        nodes_per_leaf = cluster.inter_node.nodes_per_leaf
     return _build_preset(cluster, nodes_per_leaf)
 
 
@@ -233,12 +250,20 @@ class _PresetRouter:
     keeps ring traffic on one rail), it first crosses the node's own links to the GPU that sits on
     the destination's rail, then leaves through that GPU's NIC. Such a route's latency is the
     network part alone: NCCL's NET hop latency, which the scenario's network latency stands for,
-    was measured with PXN on and already holds the NVLink crossing.
+    was measured with PXN on and already holds the NVLink crossing. A node with fewer GPUs than the
+    destination's rail number has no GPU on that rail: its traffic leaves on its own rail and
+    changes rail through the spine.
     """
 
-    def __init__(self, gpus_per_node: int, ring: bool, world: int) -> None:
-        self.g = gpus_per_node
+    def __init__(self, node_sizes: Sequence[int], ring: bool) -> None:
         self.ring = ring
+        self.size = list(node_sizes)
+        # per rank: its node, its index in the node, and the node's first rank
+        self.node = [n for n, g in enumerate(node_sizes) for _ in range(g)]
+        self.local = [i for g in node_sizes for i in range(g)]
+        first = np.cumsum((0, *node_sizes[:-1])).tolist()
+        self.base = [first[n] for n in self.node]
+        world = len(self.node)
         # intra: GPU->hub and hub->GPU for switched nodes, next/previous link for rings
         self.up = [-1] * world
         self.down = [-1] * world
@@ -254,13 +279,17 @@ class _PresetRouter:
     def __call__(self, src: int, dst: int) -> tuple[int, ...] | Route:
         if src == dst:
             return ()
-        g = self.g
-        if src // g == dst // g:
+        if self.node[src] == self.node[dst]:
             return self._intra(src, dst)
-        if self.pxn and src % g != dst % g:
-            proxy = src - src % g + dst % g  # the source node's GPU on the destination's rail
-            network = self.to_leaf[proxy] + self.from_leaf[dst]
+        rail = self.local[dst]
+        if self.pxn and self.local[src] != rail and rail < self.size[self.node[src]]:
+            proxy = self.base[src] + rail  # the source node's GPU on the destination's rail
+            network = self._network(proxy, dst)
             return Route(self._intra(src, proxy) + network, float(sum(self.link_latency_s[i] for i in network)))
+        return self._network(src, dst)
+
+    def _network(self, src: int, dst: int) -> tuple[int, ...]:
+        """From ``src``'s NIC to ``dst``: up to the leaf, through the spine where the leaves differ."""
         leaf_src, leaf_dst = self.leaf_of[src], self.leaf_of[dst]
         if leaf_src == leaf_dst:
             return self.to_leaf[src] + self.from_leaf[dst]
@@ -270,8 +299,8 @@ class _PresetRouter:
         """Links between two GPUs of one node: through the hub, or the shorter way round the ring."""
         if not self.ring:
             return (self.up[src], self.down[dst])
-        g = self.g
-        base, local_src, local_dst = src - src % g, src % g, dst % g
+        g = self.size[self.node[src]]
+        base, local_src, local_dst = self.base[src], self.local[src], self.local[dst]
         forward = (local_dst - local_src) % g
         # the shorter way round; ties go forward so routes are deterministic
         if forward <= g - forward:
@@ -279,13 +308,25 @@ class _PresetRouter:
         return tuple(self.down[base + (local_src - k) % g] for k in range(g - forward))
 
 
-def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
+def _per_node(cluster: ClusterSpec, group_field: str, cluster_Bps: float) -> list[float]:
+    """Each node's rate of one kind (NIC or intra-node link): its group's where the cluster has groups
+    and the group gives one."""
+    if cluster.node_groups is None:
+        return [cluster_Bps] * cluster.nodes
+    rates = []
+    for group in cluster.node_groups:
+        rate = getattr(group, group_field)
+        rates += [cluster_Bps if rate is None else rate] * group.count
+    return rates
+
+
+def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int | None) -> Topology:
     n_nodes, g = cluster.nodes, cluster.gpus_per_node
     if not (isinstance(n_nodes, int) and n_nodes >= 1):
         raise ScenarioError(f"expected a whole number of nodes >= 1, got {n_nodes!r}", field="cluster.nodes")
     if not (isinstance(g, int) and g >= 1):
         raise ScenarioError(f"expected a whole number >= 1, got {g!r}", field="cluster.gpus_per_node")
-    if nodes_per_leaf < 1:
+    if nodes_per_leaf is not None and nodes_per_leaf < 1:
         raise ValueError(f"nodes_per_leaf must be >= 1, got {nodes_per_leaf}")
     intra, inter = cluster.intra_node, cluster.inter_node
     if intra.type not in INTRA_NODE_TYPES:
@@ -294,48 +335,56 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int) -> Topology:
     _check_positive(intra.bandwidth_Bps, "cluster.intra_node.bandwidth", "bandwidth")
     _check_latency(intra.latency_s, "cluster.intra_node.latency")
 
-    world = n_nodes * g
+    sizes = cluster.node_sizes
+    n_nodes = len(sizes)
     ring = intra.type == "nvlink-ring"
-    router = _PresetRouter(g, ring, world)
+    router = _PresetRouter(sizes, ring)
     links = _LinkTable()
     vertices: dict[str, dict[str, object]] = {}
-    for rank in range(world):
-        vertices[_gpu(rank // g, rank % g)] = {"kind": "gpu", "rank": rank, "node": rank // g}
+    gpus = [_gpu(node, i) for node, size in enumerate(sizes) for i in range(size)]
+    for rank, name in enumerate(gpus):
+        vertices[name] = {"kind": "gpu", "rank": rank, "node": router.node[rank]}
 
-    for node in range(n_nodes):
-        base = node * g
+    firsts = np.cumsum((0, *sizes[:-1])).tolist()
+    intra_Bps = _per_node(cluster, "intra_bandwidth_Bps", intra.bandwidth_Bps)
+    for node, size in enumerate(sizes):
+        base, node_intra_Bps = firsts[node], intra_Bps[node]
+        _check_positive(node_intra_Bps, "cluster.intra_node.bandwidth", "bandwidth")
         if ring:
             # direct GPU-GPU links; a 2-GPU "ring" is one duplex link used both ways round
-            pairs = [(i, (i + 1) % g) for i in range(g if g > 2 else g - 1)]
+            pairs = [(i, (i + 1) % size) for i in range(size if size > 2 else size - 1)]
             for i, j in pairs:
-                fwd, back = links.add_duplex(_gpu(node, i), _gpu(node, j), intra.bandwidth_Bps,
-                                             intra.latency_s, "intra")
+                fwd, back = links.add_duplex(_gpu(node, i), _gpu(node, j), node_intra_Bps, intra.latency_s, "intra")
                 router.up[base + i], router.down[base + j] = fwd, back
-                if g == 2:
+                if size == 2:
                     router.up[base + j], router.down[base + i] = back, fwd
         else:
             hub = f"n{node}.{_HUB_NAME[intra.type]}"
             vertices[hub] = {"kind": "switch", "node": node}
             half_latency_s = intra.latency_s / 2
-            for i in range(g):
+            for i in range(size):
                 router.up[base + i], router.down[base + i] = links.add_duplex(
-                    _gpu(node, i), hub, intra.bandwidth_Bps, half_latency_s, "intra")
+                    _gpu(node, i), hub, node_intra_Bps, half_latency_s, "intra")
 
     nics = 0
     if n_nodes > 1:
         nics = _build_inter(cluster, router, links, vertices, nodes_per_leaf)
 
     graph = _assemble_graph(vertices, links)
-    gpus = [_gpu(rank // g, rank % g) for rank in range(world)]
-    description = f"{n_nodes}x{g} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
-    return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=g, links=links, router=router,
-                    intra_transport=nccl_transport_of_type(intra.type), description=description, nics_per_node=nics)
+    shape = f"{n_nodes}x{g}" if len(set(sizes)) == 1 else "+".join(
+        f"{group.count}x{group.gpus_per_node}" for group in cluster.node_groups or ())
+    description = f"{shape} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
+    return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=sizes[0], links=links, router=router,
+                    intra_transport=nccl_transport_of_type(intra.type), description=description, nics_per_node=nics,
+                    node_sizes=sizes)
 
 
 def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
-                 vertices: dict[str, dict[str, object]], nodes_per_leaf: int) -> int:
-    """Add NICs, leaves and spine; returns the number of distinct network ports per node."""
-    n_nodes, g = cluster.nodes, cluster.gpus_per_node
+                 vertices: dict[str, dict[str, object]], nodes_per_leaf: int | None) -> int:
+    """Add NICs, leaves and spine; returns the number of distinct network ports per node (the fewest
+    of any node)."""
+    sizes = cluster.node_sizes
+    n_nodes = len(sizes)
     inter = cluster.inter_node
     if inter.type not in INTER_NODE_TYPES:
         raise ScenarioError(f"expected one of {', '.join(INTER_NODE_TYPES)}, got {inter.type!r}",
@@ -344,63 +393,76 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
         raise ScenarioError(
             f"GPU {_gpu(0, 0)} cannot reach GPU {_gpu(1, 0)}: inter_node.type is none but nodes = {n_nodes}",
             field="cluster.topology")
-    _check_positive(inter.nic_bandwidth_Bps, "cluster.inter_node.nic_bandwidth", "bandwidth")
+    nics_Bps = _per_node(cluster, "nic_bandwidth_Bps", inter.nic_bandwidth_Bps)
+    for nic_Bps in nics_Bps:
+        _check_positive(nic_Bps, "cluster.inter_node.nic_bandwidth", "bandwidth")
     _check_latency(inter.latency_s, "cluster.inter_node.latency")
     _check_positive(inter.oversubscription, "cluster.inter_node.oversubscription", "oversubscription")
-    nic_Bps, half_latency_s = inter.nic_bandwidth_Bps, inter.latency_s / 2
+    half_latency_s = inter.latency_s / 2
     endpoint = _EndpointBudget(links, vertices, inter.duplex_factor)
 
     leaf_names: list[str] = []
     leaf_down_Bps: list[float] = []
-    ports_per_node = g
     if inter.type == "rail-fat-tree":
-        # rail i joins GPU i of every node on one leaf: same-rail traffic never climbs to the spine,
-        # and other traffic changes rail inside the node (PXN), never through the spine
+        # rail i joins GPU i of every node on its leaves: same-rail traffic under one leaf never climbs to
+        # the spine, and other traffic changes rail inside the node (PXN), never through the spine
         router.pxn = True
         router.link_latency_s = links.latency_s
-        for i in range(g):
-            leaf_names.append(f"rail{i}.leaf")
-            leaf_down_Bps.append(n_nodes * nic_Bps)
-        for rank in range(n_nodes * g):
-            node, i = divmod(rank, g)
-            up, down = links.add_duplex(_gpu(node, i), leaf_names[i], nic_Bps, half_latency_s, "inter")
+        per_leaf = n_nodes if nodes_per_leaf is None else nodes_per_leaf
+        groups = -(-n_nodes // per_leaf)
+        rails = max(sizes)
+        for i in range(rails):
+            for k in range(groups):
+                leaf_names.append(f"rail{i}.leaf" if groups == 1 else f"rail{i}.leaf{k}")
+                members = range(k * per_leaf, min(n_nodes, (k + 1) * per_leaf))
+                leaf_down_Bps.append(sum(nics_Bps[node] for node in members if sizes[node] > i))
+        for rank, node in enumerate(router.node):
+            i = router.local[rank]
+            leaf = i * groups + node // per_leaf
+            nic_Bps = nics_Bps[node]
+            up, down = links.add_duplex(_gpu(node, i), leaf_names[leaf], nic_Bps, half_latency_s, "inter")
             shared = endpoint.add(_gpu(node, i), nic_Bps)
-            router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up, *shared), (down, *shared), i
+            router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up, *shared), (down, *shared), leaf
+        ports = min(sizes)
     else:
-        default_nics = g if inter.type == "fat-tree" else 1
-        nics = default_nics if inter.nics_per_node is None else inter.nics_per_node
-        if not (isinstance(nics, int) and nics >= 1):
-            raise ScenarioError(f"expected a whole number >= 1, got {nics!r}", field="cluster.inter_node.nics_per_node")
-        ports_per_node = min(nics, g)
-        n_leaves = -(-n_nodes // nodes_per_leaf)
+        per_leaf = 1 if nodes_per_leaf is None else nodes_per_leaf
+        node_nics = [(g if inter.type == "fat-tree" else 1) if inter.nics_per_node is None else inter.nics_per_node
+                     for g in sizes]
+        for nics in node_nics:
+            if not (isinstance(nics, int) and nics >= 1):
+                raise ScenarioError(f"expected a whole number >= 1, got {nics!r}",
+                                    field="cluster.inter_node.nics_per_node")
+        ports = min(min(nics, g) for nics, g in zip(node_nics, sizes, strict=True))
+        n_leaves = -(-n_nodes // per_leaf)
         for leaf in range(n_leaves):
             leaf_names.append(f"leaf{leaf}")
-            members = min(nodes_per_leaf, n_nodes - leaf * nodes_per_leaf)
-            leaf_down_Bps.append(members * nics * nic_Bps)
-        for node in range(n_nodes):
-            leaf = node // nodes_per_leaf
+            members = range(leaf * per_leaf, min(n_nodes, (leaf + 1) * per_leaf))
+            leaf_down_Bps.append(sum(node_nics[node] * nics_Bps[node] for node in members))
+        firsts = np.cumsum((0, *sizes[:-1])).tolist()
+        for node, g in enumerate(sizes):
+            leaf, nics, nic_Bps, first = node // per_leaf, node_nics[node], nics_Bps[node], firsts[node]
             if nics >= g:
                 # a GPU with several NICs is modelled as one port of their summed bandwidth
                 for i in range(g):
                     up, down = links.add_duplex(_gpu(node, i), leaf_names[leaf], nic_Bps * nics / g,
                                                 half_latency_s, "inter")
                     shared = endpoint.add(_gpu(node, i), nic_Bps * nics / g)
-                    rank = node * g + i
+                    rank = first + i
                     router.to_leaf[rank], router.from_leaf[rank], router.leaf_of[rank] = (up, *shared), (down, *shared), leaf
                 continue
-            ports = []
+            node_ports = []
             for j in range(nics):
                 nic = f"n{node}.nic{j}"
                 vertices[nic] = {"kind": "nic", "node": node}
-                ports.append(links.add_duplex(nic, leaf_names[leaf], nic_Bps, half_latency_s, "inter"))
+                node_ports.append(links.add_duplex(nic, leaf_names[leaf], nic_Bps, half_latency_s, "inter"))
             for i in range(g):
                 j = i * nics // g
                 # the GPU->NIC hop (PCIe) is given the NIC's rate so that it never is the bottleneck
                 gpu_up, gpu_down = links.add_duplex(_gpu(node, i), f"n{node}.nic{j}", nic_Bps, 0.0, "inter")
                 shared = endpoint.add(_gpu(node, i), nic_Bps)
-                rank = node * g + i
-                router.to_leaf[rank] = (gpu_up, *shared, ports[j][0])
-                router.from_leaf[rank] = (ports[j][1], *shared, gpu_down)
+                rank = first + i
+                router.to_leaf[rank] = (gpu_up, *shared, node_ports[j][0])
+                router.from_leaf[rank] = (node_ports[j][1], *shared, gpu_down)
                 router.leaf_of[rank] = leaf
 
     for name in leaf_names:
@@ -412,7 +474,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
             up, down = links.add_duplex(name, "spine", down_Bps / inter.oversubscription, 0.0, "inter")
             router.leaf_up.append(up)
             router.leaf_down.append(down)
-    return ports_per_node
+    return ports
 
 
 class _EndpointBudget:
