@@ -7,6 +7,7 @@ import random
 import networkx as nx
 import pytest
 
+import ddpsim.topology.build as build_module
 from ddpsim.scenario.schema import ClusterSpec, CustomTopologySpec, InterNodeSpec, IntraNodeSpec, TopologyLink
 from ddpsim.topology import Topology, build_topology
 from ddpsim.topology.build import _GraphRouter
@@ -52,7 +53,11 @@ def random_graph(rng: random.Random) -> tuple[list[str], list[tuple[str, str]], 
 
 
 @pytest.mark.parametrize("make", [fat_tree, random_graph])
-def test_on_demand_routes_equal_networkx_paths_for_every_pair(make) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("small_level", [0, 10**9], ids=["array-levels", "loop-levels"])
+def test_on_demand_routes_equal_networkx_paths_for_every_pair(make, small_level: int,  # type: ignore[no-untyped-def]
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    # every level searched with the array passes, then every level with the plain loop
+    monkeypatch.setattr(build_module, "_SMALL_LEVEL", small_level)
     rng = random.Random(29)
     for _ in range(60):
         gpus, links, per_node = make(rng)

@@ -471,6 +471,8 @@ class _GraphRouter:
         np.cumsum(degree, out=self._indptr[1:])
         self._succ = np.array(succ, dtype=np.int64)
         self._link = np.array(link, dtype=np.int64)
+        # the same adjacency as lists, for levels too small to be worth numpy's per-call cost
+        self._indptr_list, self._succ_list, self._link_list = self._indptr.tolist(), succ, link
         self._src_of_link = np.zeros(max(link, default=-1) + 1, dtype=np.int64)
         self._src_of_link[self._link] = np.repeat(np.arange(len(index)), degree)
         self._max_sources = max_sources
@@ -504,6 +506,9 @@ class _GraphRouter:
         frontier = search.frontier
         starts, ends = self._indptr[frontier], self._indptr[frontier + 1]
         lengths = ends - starts
+        if lengths.sum() <= _SMALL_LEVEL:
+            self._expand_small(search)
+            return
         # positions of every frontier vertex's successors, frontier order then adjacency order
         offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
         successors = self._succ[offsets]
@@ -515,8 +520,22 @@ class _GraphRouter:
         search.parent_link[search.frontier] = self._link[offsets[order]]
 
 
+    def _expand_small(self, search: _Search) -> None:
+        """``_expand`` one vertex and successor at a time, as networkx's loop itself runs."""
+        parent, indptr, succ, link = search.parent_link, self._indptr_list, self._succ_list, self._link_list
+        discovered = []
+        for v in search.frontier.tolist():
+            for k in range(indptr[v], indptr[v + 1]):
+                w = succ[k]
+                if parent[w] == _UNSEEN:
+                    parent[w] = link[k]
+                    discovered.append(w)
+        search.frontier = np.array(discovered, dtype=np.int64)
+
+
 _UNSEEN = -1
 _SOURCE = -2
+_SMALL_LEVEL = 48  # successors in a level below which the plain loop beats the array passes
 
 
 class _Search:
@@ -559,11 +578,19 @@ def _build_custom(cluster: ClusterSpec, spec: CustomTopologySpec) -> Topology:
         neighbours.setdefault(link.a, set()).add(link.b)
         neighbours.setdefault(link.b, set()).add(link.a)
 
+    near: dict[str, set[int]] = {}
+
     def nodes_near(vertex: str) -> set[int]:
         # a GPU belongs to its node; another vertex to the nodes of the GPUs it touches directly
-        if vertex in rank_of:
-            return {rank_of[vertex] // g}
-        return {rank_of[v] // g for v in neighbours.get(vertex, ()) if v in rank_of}
+        # (once per vertex: a spine's neighbours would otherwise be walked for each of its links)
+        found = near.get(vertex)
+        if found is None:
+            if vertex in rank_of:
+                found = {rank_of[vertex] // g}
+            else:
+                found = {rank_of[v] // g for v in neighbours.get(vertex, ()) if v in rank_of}
+            near[vertex] = found
+        return found
 
     links = _LinkTable()
     for link in spec.links:
