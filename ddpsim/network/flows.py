@@ -355,6 +355,19 @@ class FlowNetwork:
             self._size, self._count = self._size[keep], self._count[keep]
             self._group, self._remaining = self._group[keep], self._remaining[keep]
             self._segment, self._slot = self._segment[keep], self._slot[keep]
+        if len(self._arrivals) == 1 and not len(self._size):
+            # one batch onto an idle network (a collective's next step): its arrays as they are;
+            # only the remaining bytes are written in place
+            part, group = self._arrivals[0]
+            n = len(part.nbytes)
+            self._indptr, self._indices = part.links.indptr, part.links.indices
+            self._size, self._count, self._remaining = part.nbytes, part.count, part.nbytes.copy()
+            self._group = np.full(n, group, dtype=np.int64)
+            self._segment = np.full(n, self._next_segment, dtype=np.int64)
+            self._slot = np.arange(n)
+            self._segments[self._next_segment] = _Segment(part)
+            self._next_segment += 1
+            self._arrivals = []
         if self._arrivals:
             parts = [part for part, _ in self._arrivals]
             offsets = [self._indptr[1:]]
