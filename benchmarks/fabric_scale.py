@@ -4,7 +4,9 @@ Custom graph: nodes of 8 GPUs around an NVSwitch vertex (450 GB/s, 1.5 us per li
 node on the rail-i leaf of its group of 16 nodes (400 Gb/s, 2.5 us); every leaf on each of 8 spines
 (800 Gb/s, 0.5 us): 2.5 links per GPU, many equal-length paths. One step of GPT-2 124M (25 MB
 buckets), ``simulate()`` from the scenario dict: load (reading the scenario), prepare (workload,
-topology, collective model) and simulate (routes are searched here, on first use), in seconds.
+topology, collective model) and simulate (routes are searched here, on first use), in seconds;
+``YAML file``: the same scenario read from a YAML file (``load_scenario``, as ``ddpsim run`` does)
+instead of from the dict.
 
 Every flow: one 256 MiB ring (or tree) all-reduce with every repetition of every phase simulated on
 the flow network (``CollectiveModel.allreduce_process`` without ``exclusive``; DDP's detailed mode
@@ -29,10 +31,12 @@ import subprocess
 import sys
 
 CUSTOM = r"""
-import json, resource, sys, time
-from ddpsim.scenario.load import scenario_from_dict
+import json, os, resource, sys, tempfile, time
+import yaml
+from ddpsim.scenario.load import load_scenario, scenario_from_dict
 from ddpsim.simulation import prepare, simulate
 gpus, mode, algorithm, extra = int(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+via_file = extra.pop("via_file", False)
 g, per_leaf, spines = 8, 16, 8
 nodes = gpus // g
 links = []
@@ -49,8 +53,12 @@ data = {"workload": {"model": "gpt2-124m", "batch_size": 8, "precision": "bf16-a
                                                      "links": links, "gpus_per_node": g}},
         "ddp": {"bucket_cap_mb": 25}, "collective": {"algorithm": algorithm},
         "simulation": {"mode": mode, **extra}}
+if via_file:
+    path = os.path.join(tempfile.mkdtemp(), "custom.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(data, f)
 cpu, wall = time.process_time(), time.perf_counter()
-scenario = scenario_from_dict(data)
+scenario = load_scenario(path) if via_file else scenario_from_dict(data)
 loaded = time.perf_counter()
 prep = prepare(scenario)
 prepared = time.perf_counter()
@@ -103,7 +111,7 @@ def main() -> None:
     print("Custom graph, one step of GPT-2 124M (targets at 16,384 GPUs: <= 2 GB, <= 30 s)")
     print(f"{'GPUs':>6} {'links':>6} {'mode':>8} {'algorithm':>9} {'case':>9} {'load s':>7} {'prep s':>7} "
           f"{'sim s':>7} {'wall s':>7} {'CPU s':>7} {'peak MB':>8} {'ranks':>5} {'step ms':>9}")
-    cases = [("fast", "auto", "plain", {}), ("detailed", "ring", "plain", {}), ("detailed", "tree", "plain", {}),
+    cases = [("fast", "auto", "plain", {}), ("fast", "auto", "YAML file", {"via_file": True}), ("detailed", "ring", "plain", {}), ("detailed", "tree", "plain", {}),
              ("detailed", "ring", "jitter x3", {"jitter_cv": 0.05, "iterations": 3})]
     for gpus in (1024, 4096) if args.quick else (4096, 16384):
         for mode, algorithm, case, extra in cases:
