@@ -7,10 +7,18 @@ only needs one timer: the earliest completion under the current rates.
 Flows live in arrays, not objects: the moving flows' link incidence is one CSR matrix that is
 compacted when flows end and appended to when flows arrive, so a rate update costs a few numpy
 passes over the incidence whatever the number of flows.
+
+Max-min rates depend only on which flows are moving (their links and counts), never on their bytes,
+so a solution is kept under the identity of the moving set: the batches it came from, in arrival
+order, and which of each batch's flows are still moving. A schedule that sends the same batch
+again and again (every step of a ring, simulated one by one) then solves max-min once per distinct
+set instead of once per event, and each later event costs a few passes over the flows
+(``_SOLUTIONS_KEPT`` bounds what is kept).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Generator, Hashable, Sequence
 from functools import partial
 from typing import Any, NamedTuple
@@ -23,6 +31,9 @@ from ddpsim.network.fairshare import LinkMatrix, max_min_rates
 # A flow whose remaining bytes fall below this fraction of its size (float residue of
 # rate * elapsed time) has finished; far below any byte count that matters.
 _DONE_RTOL = 1e-9
+# Max-min solutions kept per network, least recently used dropped first: enough for every phase of
+# the collectives one step runs, small next to the flows themselves.
+_SOLUTIONS_KEPT = 64
 
 
 class FlowBatch(NamedTuple):
@@ -56,6 +67,32 @@ class FlowBatch(NamedTuple):
         return FlowBatch(LinkMatrix(indptr, indices), self.nbytes[mask], self.latency_s[mask], self.count[mask])
 
 
+class _Segment:
+    """The flows of one arrived batch (or part of one) and which of them are still moving.
+
+    ``key``: the identity of the arrays that decide rates (links and counts); the segment holds
+    them, so no other array can take those ids while it is alive."""
+
+    def __init__(self, part: FlowBatch) -> None:
+        self.arrays = (part.links.indptr, part.links.indices, part.count)
+        self.key = tuple(id(a) for a in self.arrays)
+        self.alive = np.ones(len(part.nbytes), dtype=bool)
+        self.moving = len(part.nbytes)
+
+    def state(self) -> tuple[tuple[int, ...], bytes]:
+        return self.key, np.packbits(self.alive).tobytes()
+
+
+class _Solution(NamedTuple):
+    """Max-min rates of one moving set and the link loads they give; ``arrays`` keep the ids of
+    the key's segments from being reused while this is kept."""
+
+    rates: np.ndarray
+    used_links: np.ndarray
+    link_load_Bps: np.ndarray
+    arrays: tuple[tuple[np.ndarray, ...], ...]
+
+
 class _Replay(NamedTuple):
     """One repetition of a batch on an otherwise idle network, as measured the first time.
 
@@ -85,11 +122,17 @@ class FlowNetwork:
         self.capacity_Bps = np.array(capacity_Bps, dtype=np.float64)
         if self.capacity_Bps.ndim != 1 or not np.all(self.capacity_Bps > 0):
             raise ValueError("capacity_Bps must be a 1-d array of positive capacities")
+        self.capacity_Bps.flags.writeable = False  # kept max-min solutions assume fixed capacities
         n_links = len(self.capacity_Bps)
-        self.busy_time_s = np.zeros(n_links)
-        self.carried_bytes = np.zeros(n_links)
+        self._busy_time_s = np.zeros(n_links)
+        self._carried_bytes = np.zeros(n_links)
+        # seconds each solution has been in force and not yet added to the per-link totals: one
+        # pass over a solution's links when the totals are read, not one per rate update
+        self._accrued: dict[int, tuple[_Solution, float]] = {}
+        self._solution = _Solution(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0), ())
         self.completed_flows = 0
-        self.rate_updates = 0  # max-min solutions computed (for benchmarks)
+        self.rate_updates = 0  # rate updates (for benchmarks)
+        self.rate_solves = 0  # of which max-min was solved, not found among the kept solutions
         self._in_flight = 0  # flow entries started and not finished (latency included)
         # moving flows: CSR incidence plus per-flow arrays, all in the same order
         self._indptr = np.zeros(1, dtype=np.int64)
@@ -97,19 +140,43 @@ class FlowNetwork:
         self._size = np.zeros(0)
         self._count = np.zeros(0, dtype=np.int64)
         self._group = np.zeros(0, dtype=np.int64)
+        self._segment = np.zeros(0, dtype=np.int64)  # serial of the flow's segment
+        self._slot = np.zeros(0, dtype=np.int64)  # its position in that segment
+        self._segments: dict[int, _Segment] = {}  # moving segments by serial, in arrival order
+        self._next_segment = 0
+        self._solutions: OrderedDict[tuple[tuple[tuple[int, ...], bytes], ...], _Solution] = OrderedDict()
         self._remaining = np.zeros(0)
-        self._rates: np.ndarray = np.zeros(0)
         self._alive = np.zeros(0, dtype=bool)
         self._arrivals: list[tuple[FlowBatch, int]] = []  # arrived since the last rate update
         self._groups: dict[int, list[Any]] = {}  # group id -> [flow entries pending, done event]
         self._next_group = 0
-        self._used_links: np.ndarray = np.zeros(0, dtype=np.int64)
-        self._link_load_Bps: np.ndarray = np.zeros(0)
         self._last_update_s = env.now
         self._update_pending = False
         self._version = 0
         self._replays: dict[Hashable, _Replay] = {}
         self._reserved_until = -np.inf
+
+    @property
+    def busy_time_s(self) -> np.ndarray:
+        """Per link, time during which at least one flow was moving bytes over it."""
+        self._settle()
+        return self._busy_time_s
+
+    @busy_time_s.setter
+    def busy_time_s(self, value: np.ndarray) -> None:
+        self._settle()
+        self._busy_time_s = value
+
+    @property
+    def carried_bytes(self) -> np.ndarray:
+        """Per link, bytes moved over it."""
+        self._settle()
+        return self._carried_bytes
+
+    @carried_bytes.setter
+    def carried_bytes(self, value: np.ndarray) -> None:
+        self._settle()
+        self._carried_bytes = value
 
     @property
     def active_flows(self) -> int:
@@ -130,7 +197,8 @@ class FlowNetwork:
         self, flows: Sequence[tuple[Sequence[int] | np.ndarray, float, float, int]] | FlowBatch
     ) -> simpy.Event:
         """Start flows, given as a ``FlowBatch`` or (link_ids, nbytes, latency_s, count) tuples;
-        one event for all of them. Flows with equal latency share one timer."""
+        one event for all of them. Flows with equal latency share one timer. A ``FlowBatch``'s link
+        and count arrays must not be changed afterwards: their identity keys the kept solutions."""
         batch = flows if isinstance(flows, FlowBatch) else FlowBatch.from_tuples(flows)
         if self.env.now < self._reserved_until:
             # a replayed collective assumed it had the network to itself until then
@@ -146,10 +214,13 @@ class FlowNetwork:
         self._next_group += 1
         self._groups[group] = [n, done]
         self._in_flight += n
-        latencies, which = np.unique(batch.latency_s, return_inverse=True)
-        for k, latency_s in enumerate(latencies):
-            part = batch if len(latencies) == 1 else batch.select(which == k)
-            wait = self.env.timeout(float(latency_s))
+        if np.all(batch.latency_s == batch.latency_s[0]):
+            parts = [(float(batch.latency_s[0]), batch)]
+        else:
+            latencies, which = np.unique(batch.latency_s, return_inverse=True)
+            parts = [(float(latency_s), batch.select(which == k)) for k, latency_s in enumerate(latencies)]
+        for latency_s, part in parts:
+            wait = self.env.timeout(latency_s)
             wait.callbacks.append(partial(self._arrive_on, part, group))
         return done
 
@@ -232,8 +303,7 @@ class FlowNetwork:
     def _finish_entries(self, groups: np.ndarray, counts: np.ndarray) -> None:
         self.completed_flows += int(counts.sum())
         self._in_flight -= len(groups)
-        ids, finished = np.unique(groups, return_counts=True)
-        for gid, k in zip(ids.tolist(), finished.tolist(), strict=True):
+        for gid, k in _runs(groups):
             entry = self._groups[gid]
             entry[0] -= k
             if entry[0] == 0:
@@ -244,10 +314,20 @@ class FlowNetwork:
         """Drain every moving flow up to now at the rates in force since the last update."""
         elapsed = self.env.now - self._last_update_s
         if elapsed > 0 and len(self._remaining):
-            self._remaining -= self._rates * elapsed
-            self.busy_time_s[self._used_links] += elapsed
-            self.carried_bytes[self._used_links] += self._link_load_Bps * elapsed
+            solution = self._solution
+            self._remaining -= solution.rates * elapsed
+            accrued = self._accrued.get(id(solution))
+            if accrued is None and len(self._accrued) >= _SOLUTIONS_KEPT:
+                self._settle()
+            self._accrued[id(solution)] = (solution, elapsed + (accrued[1] if accrued else 0.0))
         self._last_update_s = self.env.now
+
+    def _settle(self) -> None:
+        """Add the time each solution was in force to its links' busy time and carried bytes."""
+        for solution, elapsed in self._accrued.values():
+            self._busy_time_s[solution.used_links] += elapsed
+            self._carried_bytes[solution.used_links] += solution.link_load_Bps * elapsed
+        self._accrued = {}
 
     def _request_update(self) -> None:
         # Defer to the end of this instant so that flows starting or ending together cost one
@@ -261,7 +341,12 @@ class FlowNetwork:
     def _compact(self) -> None:
         """Drop finished flows and append the arrivals: the incidence is edited, not rebuilt."""
         keep = self._alive
-        if not keep.all():
+        if not keep.any():
+            # everything ended (a batch that finishes together): nothing to carry over
+            self._indptr, self._indices = self._indptr[:1], self._indices[:0]
+            self._size, self._count, self._group = self._size[:0], self._count[:0], self._group[:0]
+            self._remaining, self._segment, self._slot = self._remaining[:0], self._segment[:0], self._slot[:0]
+        elif not keep.all():
             lengths = np.diff(self._indptr)
             self._indices = self._indices[np.repeat(keep, lengths)]
             indptr = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
@@ -269,6 +354,20 @@ class FlowNetwork:
             self._indptr = indptr
             self._size, self._count = self._size[keep], self._count[keep]
             self._group, self._remaining = self._group[keep], self._remaining[keep]
+            self._segment, self._slot = self._segment[keep], self._slot[keep]
+        if len(self._arrivals) == 1 and not len(self._size):
+            # one batch onto an idle network (a collective's next step): its arrays as they are;
+            # only the remaining bytes are written in place
+            part, group = self._arrivals[0]
+            n = len(part.nbytes)
+            self._indptr, self._indices = part.links.indptr, part.links.indices
+            self._size, self._count, self._remaining = part.nbytes, part.count, part.nbytes.copy()
+            self._group = np.full(n, group, dtype=np.int64)
+            self._segment = np.full(n, self._next_segment, dtype=np.int64)
+            self._slot = np.arange(n)
+            self._segments[self._next_segment] = _Segment(part)
+            self._next_segment += 1
+            self._arrivals = []
         if self._arrivals:
             parts = [part for part, _ in self._arrivals]
             offsets = [self._indptr[1:]]
@@ -283,6 +382,13 @@ class FlowNetwork:
             self._group = np.concatenate(
                 [self._group, *(np.full(len(p.nbytes), g, dtype=np.int64) for p, g in self._arrivals)])
             self._remaining = np.concatenate([self._remaining, *(p.nbytes for p in parts)])
+            serials = []
+            for part in parts:
+                serials.append(np.full(len(part.nbytes), self._next_segment, dtype=np.int64))
+                self._segments[self._next_segment] = _Segment(part)
+                self._next_segment += 1
+            self._segment = np.concatenate([self._segment, *serials])
+            self._slot = np.concatenate([self._slot, *(np.arange(len(p.nbytes)) for p in parts)])
             self._arrivals = []
         self._alive = np.ones(len(self._size), dtype=bool)
 
@@ -293,19 +399,27 @@ class FlowNetwork:
         self._version += 1
         n_links = len(self.capacity_Bps)
         if not len(self._size):
-            self._rates = np.zeros(0)
-            self._used_links = np.zeros(0, dtype=np.int64)
-            self._link_load_Bps = np.zeros(0)
+            self._solution = _Solution(np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0), ())
             return
-        matrix = LinkMatrix(self._indptr, self._indices)
-        counts = self._count.astype(np.float64)
-        self._rates = max_min_rates(matrix, self.capacity_Bps, counts)
         self.rate_updates += 1
-        flow_of_entry = np.repeat(np.arange(len(self._size)), np.diff(self._indptr))
-        load = np.bincount(self._indices, weights=(self._rates * counts)[flow_of_entry], minlength=n_links)
-        self._used_links = np.flatnonzero(load > 0)
-        self._link_load_Bps = load[self._used_links]
-        next_s = float(np.min(np.maximum(self._remaining, 0.0) / self._rates))
+        key = tuple(segment.state() for segment in self._segments.values())
+        solution = self._solutions.get(key)
+        if solution is None:
+            matrix = LinkMatrix(self._indptr, self._indices)
+            counts = self._count.astype(np.float64)
+            rates = max_min_rates(matrix, self.capacity_Bps, counts)
+            self.rate_solves += 1
+            flow_of_entry = np.repeat(np.arange(len(self._size)), np.diff(self._indptr))
+            load = np.bincount(self._indices, weights=(rates * counts)[flow_of_entry], minlength=n_links)
+            used = np.flatnonzero(load > 0)
+            solution = _Solution(rates, used, load[used], tuple(s.arrays for s in self._segments.values()))
+            self._solutions[key] = solution
+            if len(self._solutions) > _SOLUTIONS_KEPT:
+                self._solutions.popitem(last=False)
+        else:
+            self._solutions.move_to_end(key)
+        self._solution = solution
+        next_s = float(np.min(np.maximum(self._remaining, 0.0) / solution.rates))
         version = self._version
         timer = self.env.timeout(next_s)
         timer.callbacks.append(lambda _event: self._on_timer(version))
@@ -317,9 +431,26 @@ class FlowNetwork:
         done = self._alive & (self._remaining <= self._size * _DONE_RTOL)
         if not done.any():
             # float residue left the earliest flow a hair short: finish the closest one(s)
-            left_s = np.where(self._alive, self._remaining / self._rates, np.inf)
+            left_s = np.where(self._alive, self._remaining / self._solution.rates, np.inf)
             done = left_s <= np.min(left_s) * (1 + 1e-9)
         self._remaining[done] = 0.0
         self._alive &= ~done
+        segments, slots = self._segment[done], self._slot[done]
+        for serial, _ in _runs(segments):
+            segment = self._segments[serial]
+            ended = slots if segments[0] == segments[-1] else slots[segments == serial]
+            segment.alive[ended] = False
+            segment.moving -= len(ended)
+            if segment.moving == 0:
+                del self._segments[serial]
         self._finish_entries(self._group[done], self._count[done])
         self._request_update()
+
+
+def _runs(values: np.ndarray) -> list[tuple[int, int]]:
+    """(value, how many) for each distinct value; one comparison where all are equal (the usual case:
+    flows of one batch ending together)."""
+    if values[0] == values[-1] and np.all(values == values[0]):
+        return [(int(values[0]), len(values))]
+    ids, counts = np.unique(values, return_counts=True)
+    return list(zip(ids.tolist(), counts.tolist(), strict=True))

@@ -54,8 +54,8 @@ DEFAULT_FIRST_BUCKET_BYTES = 1 * MIB
 # simulation would exhaust memory or time rather than answer.
 MAX_WORLD_SIZE = 1_048_576
 MAX_GPUS_PER_NODE = 1024
-MAX_CUSTOM_GPUS = 4096  # a custom graph is routed with networkx, pair by pair
-MAX_CUSTOM_LINKS = 65_536
+MAX_CUSTOM_GPUS = 16_384  # as MAX_PER_RANK_GPUS; routes are searched on demand, per source (topology.build)
+MAX_CUSTOM_LINKS = 262_144
 MAX_PER_RANK_GPUS = 16_384  # every rank its own process (detailed mode, jitter, a straggler): ~1 GB
 MAX_RANK_STEPS = 1_000_000  # simulated ranks x iterations: each keeps a trace in memory
 

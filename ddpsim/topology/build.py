@@ -15,6 +15,7 @@ inter-node route costs the configured network latency once, whatever the switch 
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -505,23 +506,108 @@ class _EndpointBudget:
 
 
 class _GraphRouter:
-    """Shortest paths by hop count on a custom graph, one BFS per source vertex (cached)."""
+    """Shortest paths by hop count on a custom graph, exactly those ``nx.single_source_shortest_path``
+    picks (ties included), found on demand per source and kept for a bounded number of sources.
 
-    def __init__(self, graph: nx.DiGraph, gpus: Sequence[str]) -> None:
-        self.graph = graph
-        self.gpus = gpus
-        self._paths: dict[str, dict[str, list[str]]] = {}
+    networkx explores breadth first, vertices in discovery order and each one's successors in
+    adjacency (insertion) order, and keeps the first path that reaches a vertex. Here the same
+    search runs a level at a time on arrays: a level's successors in that order, the first
+    occurrence of each new vertex is its discovery. A vertex's path is fixed when it is discovered,
+    so the search stops at the destination's level and resumes there for a farther destination.
+    Storing every path from every GPU grew as GPUs x vertices (2.5 GB at 4,096 GPUs); this keeps
+    one parent link per vertex for at most ``max_sources`` sources.
+    """
+
+    def __init__(self, graph: nx.DiGraph, gpus: Sequence[str], max_sources: int = 128) -> None:
+        index = {v: i for i, v in enumerate(graph.nodes)}
+        self._gpu_vertex = np.array([index[v] for v in gpus], dtype=np.int64)
+        succ: list[int] = []
+        link: list[int] = []
+        degree = np.zeros(len(index), dtype=np.int64)
+        for u, adjacent in graph.adjacency():
+            degree[index[u]] = len(adjacent)
+            for v, data in adjacent.items():
+                succ.append(index[v])
+                link.append(data["link_id"])
+        self._indptr = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(degree, out=self._indptr[1:])
+        self._succ = np.array(succ, dtype=np.int64)
+        self._link = np.array(link, dtype=np.int64)
+        # the same adjacency as lists, for levels too small to be worth numpy's per-call cost
+        self._indptr_list, self._succ_list, self._link_list = self._indptr.tolist(), succ, link
+        self._src_of_link = np.zeros(max(link, default=-1) + 1, dtype=np.int64)
+        self._src_of_link[self._link] = np.repeat(np.arange(len(index)), degree)
+        self._max_sources = max_sources
+        self._searches: OrderedDict[int, _Search] = OrderedDict()
 
     def __call__(self, src: int, dst: int) -> tuple[int, ...]:
         if src == dst:
             return ()
-        source = self.gpus[src]
-        paths = self._paths.get(source)
-        if paths is None:
-            paths = nx.single_source_shortest_path(self.graph, source)
-            self._paths[source] = paths
-        path = paths[self.gpus[dst]]
-        return tuple(self.graph.edges[u, v]["link_id"] for u, v in zip(path, path[1:], strict=False))
+        search = self._searches.get(src)
+        if search is None:
+            search = self._searches[src] = _Search(int(self._gpu_vertex[src]), len(self._indptr) - 1)
+            if len(self._searches) > self._max_sources:
+                self._searches.popitem(last=False)
+        else:
+            self._searches.move_to_end(src)
+        target = int(self._gpu_vertex[dst])
+        while search.parent_link[target] == _UNSEEN and len(search.frontier):
+            self._expand(search)
+        if search.parent_link[target] == _UNSEEN:
+            raise KeyError(f"GPU rank {dst} is unreachable from rank {src}")
+        path: list[int] = []
+        vertex = target
+        while vertex != search.source:
+            link_id = int(search.parent_link[vertex])
+            path.append(link_id)
+            vertex = int(self._src_of_link[link_id])
+        return tuple(reversed(path))
+
+    def _expand(self, search: _Search) -> None:
+        """Discover the next level, in the order networkx's breadth-first search would."""
+        frontier = search.frontier
+        starts, ends = self._indptr[frontier], self._indptr[frontier + 1]
+        lengths = ends - starts
+        if lengths.sum() <= _SMALL_LEVEL:
+            self._expand_small(search)
+            return
+        # positions of every frontier vertex's successors, frontier order then adjacency order
+        offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
+        successors = self._succ[offsets]
+        new = search.parent_link[successors] == _UNSEEN
+        successors, offsets = successors[new], offsets[new]
+        _, first = np.unique(successors, return_index=True)
+        order = np.sort(first)
+        search.frontier = successors[order]
+        search.parent_link[search.frontier] = self._link[offsets[order]]
+
+
+    def _expand_small(self, search: _Search) -> None:
+        """``_expand`` one vertex and successor at a time, as networkx's loop itself runs."""
+        parent, indptr, succ, link = search.parent_link, self._indptr_list, self._succ_list, self._link_list
+        discovered = []
+        for v in search.frontier.tolist():
+            for k in range(indptr[v], indptr[v + 1]):
+                w = succ[k]
+                if parent[w] == _UNSEEN:
+                    parent[w] = link[k]
+                    discovered.append(w)
+        search.frontier = np.array(discovered, dtype=np.int64)
+
+
+_UNSEEN = -1
+_SOURCE = -2
+_SMALL_LEVEL = 48  # successors in a level below which the plain loop beats the array passes
+
+
+class _Search:
+    """One source's breadth-first search so far: each discovered vertex's parent link, the last level."""
+
+    def __init__(self, source: int, n_vertices: int) -> None:
+        self.source = source
+        self.parent_link = np.full(n_vertices, _UNSEEN, dtype=np.int64)
+        self.parent_link[source] = _SOURCE
+        self.frontier = np.array([source], dtype=np.int64)
 
 
 def _build_custom(cluster: ClusterSpec, spec: CustomTopologySpec) -> Topology:
@@ -554,11 +640,19 @@ def _build_custom(cluster: ClusterSpec, spec: CustomTopologySpec) -> Topology:
         neighbours.setdefault(link.a, set()).add(link.b)
         neighbours.setdefault(link.b, set()).add(link.a)
 
+    near: dict[str, set[int]] = {}
+
     def nodes_near(vertex: str) -> set[int]:
         # a GPU belongs to its node; another vertex to the nodes of the GPUs it touches directly
-        if vertex in rank_of:
-            return {rank_of[vertex] // g}
-        return {rank_of[v] // g for v in neighbours.get(vertex, ()) if v in rank_of}
+        # (once per vertex: a spine's neighbours would otherwise be walked for each of its links)
+        found = near.get(vertex)
+        if found is None:
+            if vertex in rank_of:
+                found = {rank_of[vertex] // g}
+            else:
+                found = {rank_of[v] // g for v in neighbours.get(vertex, ()) if v in rank_of}
+            near[vertex] = found
+        return found
 
     links = _LinkTable()
     for link in spec.links:
