@@ -111,8 +111,23 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     if cluster.topology is not None:
         _custom_topology_sources(sources, intra, inter, cluster.nodes > 1)
         inter = replace(inter, duplex_factor=1.0)
+    groups = cluster.node_groups
+    if groups is not None:
+        # the loader filled each group's links from the cluster's: those follow the calibration; a group whose
+        # file wrote links of its own keeps them (the calibration measured one network and one node kind)
+        groups = tuple(replace(
+            group,
+            nic_bandwidth_Bps=(inter.nic_bandwidth_Bps if group.nic_bandwidth_Bps == cluster.inter_node.nic_bandwidth_Bps
+                               else group.nic_bandwidth_Bps),
+            intra_bandwidth_Bps=(intra.bandwidth_Bps if group.intra_bandwidth_Bps == cluster.intra_node.bandwidth_Bps
+                                 else group.intra_bandwidth_Bps)) for group in groups)
+        if any(g.nic_bandwidth_Bps != inter.nic_bandwidth_Bps or g.intra_bandwidth_Bps != intra.bandwidth_Bps
+               for g in groups):
+            sources["node groups"] = ("groups that wrote their own nic_bandwidth or intra_bandwidth keep them; "
+                                      f"{cite} measured one network and one kind of node")
     calibrated = replace(
-        scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter), overheads=overheads, collective=collective
+        scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter, node_groups=groups), overheads=overheads,
+        collective=collective
     )
     return Calibrated(calibrated, table, sources)
 

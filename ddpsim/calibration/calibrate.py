@@ -90,7 +90,7 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
         files = find_data_files(data_dir)
         if not files["ddp_runs"] and not files["allreduce"]:
             raise ScenarioError("no ddp_runs.jsonl or allreduce.jsonl under this folder", file=data_dir)
-        samples += [s for path in files["allreduce"] for s in read_harness_allreduce(path)]
+        samples += [s for path in files["allreduce"] for s in read_harness_allreduce(path, skipped)]
         slowdowns += [x for path in files["microbench"] for x in read_compute_slowdowns(path)]
         net_probes += [x for path in files["netprobe"] for x in read_net_probes(path)]
         profile_paths += files["profiles"]

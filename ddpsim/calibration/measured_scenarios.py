@@ -7,6 +7,7 @@ refused, by the reader and again here, because nobody can say whether it changed
 
 from __future__ import annotations
 
+import itertools
 import os
 from dataclasses import replace
 from typing import Any
@@ -86,11 +87,15 @@ def run_scenario(
     world = int(run["world_size"])
     cluster: dict[str, Any] = {
         "gpu": run_gpu(run),
-        "nodes": nodes,
-        "gpus_per_node": world // nodes,
-        # the lent machines run NCCL_NVLS_ENABLE=0: NCCL never ran NVLink SHARP in these runs
-        "intra_node": {"type": intra_type_of_class(run["transport"]), "nvls": "off"},
+        "intra_node": {"type": intra_type_of_class(run["transport"]), "nvls": _nvls_of_run(run)},
     }
+    node_gpus = run.get("node_gpus")
+    if node_gpus and len(set(node_gpus)) > 1:
+        # uneven emulated nodes, in rank order as the harness filled them
+        cluster["node_groups"] = [{"count": len(list(same)), "gpus_per_node": count}
+                                  for count, same in itertools.groupby(node_gpus)]
+    else:
+        cluster.update({"nodes": nodes, "gpus_per_node": world // nodes})
     if nodes > 1:
         # the harness's nodes share one NIC path (NCCL's socket transport); the fitted network's bus
         # bandwidth is what each rank got through it
@@ -119,9 +124,18 @@ def run_scenario(
     return replace(scenario, calibration=calibration)
 
 
+def _nvls_of_run(run: dict[str, Any]) -> str:
+    """Whether NCCL could run NVLink SHARP in a measured run: off where the record's NCCL environment turned it
+    off (the lent machines run NCCL_NVLS_ENABLE=0), else as the hardware has it (auto)."""
+    env = (run.get("fingerprint") or {}).get("nccl_env") or {}
+    return "off" if str(env.get("NCCL_NVLS_ENABLE", "")).strip() == "0" else "auto"
+
+
 def run_label(run: dict[str, Any]) -> str:
     variant = run.get("variant")
     extra = f"/{variant}" if variant and variant != "none" else ""
     nodes = run_nodes(run)
     shape = f"/{nodes}x{int(run['world_size']) // nodes}" if nodes > 1 else ""
+    if run.get("node_gpus") and len(set(run["node_gpus"])) > 1:
+        shape = "/" + "+".join(str(count) for count in run["node_gpus"])
     return f"{run['model']}/{run['transport']}/w{run['world_size']}{shape}/cap{float(run['bucket_cap_mb']):g}{extra}"

@@ -96,10 +96,11 @@ def _field(record: dict, key: str, kind: type | tuple, path: str, where: str) ->
     return value
 
 
-def read_harness_allreduce(path: str) -> list[AllReduceSample]:
+def read_harness_allreduce(path: str, skipped: list[tuple[str, str]] | None = None) -> list[AllReduceSample]:
     """The harness's ``allreduce.jsonl``: one object per (transport, shape, algorithm) sweep.
 
-    Sweeps that did not finish (``status`` other than ok) have no rows to fit and are left out.
+    Sweeps that did not finish (``status`` other than ok) have no rows to fit and are left out. A sweep
+    over uneven nodes is refused, or with ``skipped`` listed there with why and left out.
     """
     samples = []
     for i, record in enumerate(read_jsonl(path)):
@@ -109,6 +110,15 @@ def read_harness_allreduce(path: str) -> list[AllReduceSample]:
         transport = _field(record, "transport", str, path, where)
         world = _field(record, "world_size", int, path, where)
         nodes = record_nodes(record, path, where)
+        node_gpus = record_node_gpus(record, path, where)
+        if node_gpus is not None and len(set(node_gpus)) > 1:
+            # the network's fit assumes nodes alike: a 3+1 sweep read as 2x2 would be fitted wrong
+            why = (f"all-reduce sweep over uneven nodes ({'+'.join(map(str, node_gpus))}): not fitted, the network "
+                   "is fitted on even shapes")
+            if skipped is None:
+                raise ScenarioError(why, file=path, field=f"{where}.node_gpus")
+            skipped.append((f"{path}:{i + 1}", why))
+            continue
         algorithm = record.get("algorithm_forced")
         if algorithm is not None and (not isinstance(algorithm, str) or algorithm.lower() not in ("ring", "tree")):
             raise ScenarioError(f"expected ring, tree or null, got {algorithm!r}", file=path, field=f"{where}.algorithm_forced")
@@ -140,9 +150,26 @@ def record_nodes(record: dict[str, Any], path: str, where: str) -> int:
     if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
         raise ScenarioError(f"expected a positive integer, got {nodes!r}", file=path, field=f"{where}.nodes")
     world = record.get("world_size")
+    if record_node_gpus(record, path, where) is not None:
+        return nodes
     if isinstance(world, int) and world % nodes:
         raise ScenarioError(f"{world} GPUs do not split into {nodes} nodes", file=path, field=f"{where}.nodes")
     return nodes
+
+
+def record_node_gpus(record: dict[str, Any], path: str, where: str) -> tuple[int, ...] | None:
+    """The GPUs of each node of a run on uneven (emulated) nodes, in rank order (the harness's
+    ``--node-gpus``); None for even nodes."""
+    counts = record.get("node_gpus")
+    if counts is None:
+        return None
+    nodes, world = record.get("nodes"), record.get("world_size")
+    if (not isinstance(counts, list) or not counts
+            or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts)
+            or len(counts) != nodes or sum(counts) != world):
+        raise ScenarioError(f"expected one positive GPU count per node ({nodes} nodes) adding up to the world "
+                            f"({world}), got {counts!r}", file=path, field=f"{where}.node_gpus")
+    return tuple(counts)
 
 
 def nccl_log_path(allreduce_path: str, record: dict[str, Any]) -> str | None:
@@ -325,7 +352,7 @@ def _check_header(path: str, text: str, world_size: int, nodes: int) -> None:
 # say whether it changed the step.
 MAPPED_FIELDS = frozenset({
     "model", "batch_size", "precision", "bucket_cap_mb", "world_size", "transport", "nodes", "gpus_per_node",
-    "gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters", "static_graph",
+    "node_gpus", "gradient_as_bucket_view", "comm_hook", "grad_accumulation_steps", "find_unused_parameters", "static_graph",
     "fingerprint",
 })
 # fields that record the measurement, its provenance or NCCL's own report, not a setting of the run;

@@ -53,6 +53,8 @@ class RunRow:
     option: str = "none"  # the harness's variant: none, gbv, fp16, bf16, accum4, find_unused, static_graph
     nodes: int = 1
     host: str = ""
+    # the shape across nodes where they differ ("3+1"); empty for nodes alike
+    uneven_shape: str = ""
     fold: str = ""  # the held-out part whose calibration predicted this run (cross-validation)
     launch_level: float = 1.0  # measured_s was divided by this (normalise_launches; 1: as measured)
     # the prediction's p10 / p90 from the calibration's measured noise (None: the calibration has none)
@@ -82,7 +84,9 @@ class RunRow:
     @property
     def group(self) -> str:
         """What the summary reports one line for: a link class, and the network per shape."""
-        return f"{INTER_NODE_LINK_CLASS} {self.nodes}x{self.world_size // self.nodes}" if self.nodes > 1 else self.transport
+        if self.nodes == 1:
+            return self.transport
+        return f"{INTER_NODE_LINK_CLASS} {self.uneven_shape or f'{self.nodes}x{self.world_size // self.nodes}'}"
 
 
 @dataclass(frozen=True)
@@ -493,6 +497,7 @@ def _predict(
         option=str(run.get("variant") or "none"),
         nodes=run_nodes(run),
         host=host_of(run),
+        uneven_shape="+".join(map(str, run["node_gpus"])) if len(set(run.get("node_gpus") or [])) > 1 else "",
         fold=fold,
     )
     return row, _layout_mismatch(run, prep)
