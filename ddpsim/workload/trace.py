@@ -61,6 +61,7 @@ class _Activity:
     end_us: float
     launch_us: float
     launch_tid: Any
+    elems: int = 0  # an NCCL kernel's message size in elements (Kineto copies it from the collective's record)
 
 
 @dataclass
@@ -77,6 +78,7 @@ class StepTimes:
     after_last_grad_s: float = 0.0  # backward work after the last gradient (DDP's finalize)
     nccl_kernels: int = 0
     nccl_s: float = 0.0
+    nccl_elems: int = 0  # elements all NCCL kernels of the step carried, where the trace says
 
 
 @dataclass
@@ -157,7 +159,9 @@ def _gpu_activities(path: str, events: list[dict[str, Any]]) -> tuple[list[_Acti
         if launch is None:
             unplaced += 1
             continue
-        act = _Activity(float(ev["ts"]), _end(ev), float(launch["ts"]), launch.get("tid"))
+        elems = args.get("In msg nelems")
+        act = _Activity(float(ev["ts"]), _end(ev), float(launch["ts"]), launch.get("tid"),
+                        elems if isinstance(elems, int) and not isinstance(elems, bool) else 0)
         (nccl if _is_nccl(ev) else compute).append(act)
     if gpu and unplaced == len(gpu):
         raise ScenarioError("no GPU kernel links to the CPU launch that issued it (no 'correlation' matching a "
@@ -241,7 +245,7 @@ def _step_times(path: str, span: dict[str, Any], events: list[dict[str, Any]], a
         optimizer_s=max(0.0, opt_end - opt_start) * us, step_s=(max(opt_end, bwd_all_end) - fwd_start) * us,
         ready_s=[(t - bwd_start) * us for t in ready_end], grads=[_grad_of(path, ev, name) for ev in accumulates],
         after_last_grad_s=(bwd_all_end - bwd_end) * us, nccl_kernels=len(step_nccl),
-        nccl_s=sum(a.end_us - a.start_us for a in step_nccl) * us)
+        nccl_s=sum(a.end_us - a.start_us for a in step_nccl) * us, nccl_elems=sum(a.elems for a in step_nccl))
 
 
 def _keys(grads: list[tuple[tuple[int, ...], str]]) -> list[tuple[tuple[int, ...], str, int]]:
@@ -376,6 +380,8 @@ def read_trace(path: str, cpu_times: bool = False) -> TraceSummary:
         profile["ddp_check"] = {
             "nccl_kernels_per_step": float(np.median([st.nccl_kernels for st in nccl_steps])),
             "nccl_kernel_s_per_step": float(np.median([st.nccl_s for st in nccl_steps])),
+            "nccl_elements_per_step": int(np.median([st.nccl_elems for st in nccl_steps])),
+            "gradient_elements": sum(_numel(g[0]) for g in first.grads),
             "after_last_gradient_s": float(np.median([st.after_last_grad_s for st in nccl_steps])),
             "why": "NCCL kernels seen in the traced steps (DDP's own all-reduces): a check beside the prediction, "
                    "not used by it; backward and gradient times here include DDP's reducer work"}
