@@ -224,3 +224,35 @@ def test_a_trace_that_cannot_give_a_profile_is_refused_in_one_line(user_trace, t
     with pytest.raises(ScenarioError, match=message) as err:
         load_trace(str(path), cpu_times=True)
     assert str(path) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_profile_file_written_from_a_trace_is_what_validate_reads(user_trace, tmp_path):
+    from ddpsim.workload.profile import load_profile
+    from ddpsim.workload.trace import main as trace_main
+
+    path, model = user_trace
+    out = tmp_path / "profiles" / "mine.json"
+    assert trace_main([str(path), "--cpu", "--model", "mine", "--profile-out", str(out)]) == 0
+    written = load_profile(str(out))
+    assert written.name == "mine" and written.n_params == sum(p.numel() for p in model.parameters())
+    direct = load_trace(str(path), cpu_times=True)
+    assert written.measured is not None and direct.measured is not None
+    assert written.measured.ready_order == direct.measured.ready_order
+    assert written.measured.backward_s == direct.measured.backward_s
+    assert trace_main([str(tmp_path / "missing.json")]) == 2
+
+
+def test_a_sweep_takes_a_trace_and_keys_its_points_by_the_traces_content(user_trace, tmp_path):
+    import shutil
+
+    from ddpsim.planning.sweep import scenario_hash
+    from ddpsim.scenario.load import load_scenario
+
+    shutil.copy(user_trace[0], tmp_path / "t.json")
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("workload: {model: 'trace:t.json@cpu', batch_size: 5}\n"
+                        "cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 2}\n")
+    assert main(["sweep", str(scenario), "--grid", "ddp.bucket_cap_mb=1,25", "--out", str(tmp_path / "sweep")]) == 0
+    before = scenario_hash(load_scenario(str(scenario)))
+    (tmp_path / "t.json").write_text((tmp_path / "t.json").read_text().replace('"dur": 1', '"dur": 2'))
+    assert scenario_hash(load_scenario(str(scenario))) != before
