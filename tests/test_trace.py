@@ -153,6 +153,7 @@ def _gpu_trace():
     (kernel 160-200) and an NCCL all-reduce at 170 (kernel 175-260, on its own stream); gradient A's
     AccumulateGrad ends at 145, B's at 208; the optimizer's kernel is launched at 300 (300-350)."""
     ev = [_x("ProfilerStep#7", 0, 400, 1, cat="user_annotation"),
+          _x("ProfilerStep#7", 15, 335, 7, cat="gpu_user_annotation"),  # Kineto's copy on the GPU's timeline
           _x("aten::linear", 5, 30, 1, **{"Input Dims": [[4, 8], [3, 8], [3]], "Input type": ["float"] * 3}),
           _x("autograd::engine::evaluate_function: AddmmBackward0", 100, 40, 2),
           _x("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 140, 6, 2),
