@@ -410,8 +410,12 @@ def load_trace(path: str, cpu_times: bool = False) -> Workload:
         lines.append(f"trace {path}: taken inside DDP: {chk['nccl_kernels_per_step']:.0f} NCCL kernels per step, "
                      f"{chk['nccl_kernel_s_per_step'] * 1e3:.2f} ms of them (a check, not the prediction)")
     assert workload.measured is not None
-    how = (f"a torch.profiler trace, median of {prof['iterations']} steps timed from {prof['timed']}"
-           + ("; taken inside DDP, so backward holds DDP's reducer work" if "ddp_check" in prof else ""))
+    how = (f"a torch.profiler trace, median of {prof['iterations']} steps timed from {prof['timed']}, step p10 "
+           f"{prof['step_s_p10'] * 1e3:.2f} ms, p90 {prof['step_s_p90'] * 1e3:.2f} ms")
+    if "ddp_check" in prof:
+        chk = prof["ddp_check"]
+        how += (f"; taken inside DDP, so backward holds DDP's reducer work; its {chk['nccl_kernels_per_step']:.0f} NCCL "
+                f"kernels per step took {chk['nccl_kernel_s_per_step'] * 1e3:.2f} ms (a check, not the prediction)")
     return replace(workload, measured=replace(workload.measured, how=how),
                    notes=(*workload.notes, *lines, *summary.notes))
 
