@@ -415,7 +415,7 @@ def load_trace(path: str, cpu_times: bool = False) -> Workload:
     if "ddp_check" in prof:
         chk = prof["ddp_check"]
         how += (f"; taken inside DDP, so backward holds DDP's reducer work; its {chk['nccl_kernels_per_step']:.0f} NCCL "
-                f"kernels per step took {chk['nccl_kernel_s_per_step'] * 1e3:.2f} ms (a check, not the prediction)")
+                f"kernels per step took {chk['nccl_kernel_s_per_step'] * 1e3:.3g} ms (a check, not the prediction)")
     return replace(workload, measured=replace(workload.measured, how=how),
                    notes=(*workload.notes, *lines, *summary.notes))
 
