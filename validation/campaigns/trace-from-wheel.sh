@@ -60,10 +60,10 @@ tar czf $OUT/campaign.tar.gz -C $T/campaign --exclude campaign.tar.gz .
 # what the importer reads from the traces, on the host (numpy comes with torch's usual installs; if it is
 # missing the summary is left to the local run)
 { for t in $T/traces/trace-w1.json.gz $T/traces/trace-ddp.rank0.json.gz; do
-    [ -f "$t" ] && timeout 40 python3 -m ddpsim.workload.trace "$t" | head -40
+    [ -f "$t" ] && timeout 30 python3 -m ddpsim.workload.trace "$t" | head -40
   done
   python3 -c "
-import json, statistics
+import json
 runs = [json.loads(l) for l in open('$T/campaign/ddp_runs.jsonl')]
 for r in runs:
     print(r.get('model'), r.get('transport'), 'w', r.get('world_size'), 'cap', r.get('bucket_cap_mb'), r.get('status'),
