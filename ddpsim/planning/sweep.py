@@ -196,6 +196,8 @@ def scenario_hash(scenario: Scenario) -> str:
         "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
         "torch_source": _torch_source_digest(model, scenario.base_dir) if model.startswith("torch:") else None,
     }
+    if model.startswith("trace:"):  # its measured times are its content, as a profile's (a key only here: others' hashes stay)
+        inputs["trace"] = _file_digest(model.split(":", 1)[1].strip().removesuffix("@cpu").strip(), scenario.base_dir)
     text = json.dumps({"format": POINT_FORMAT, "scenario": resolved, "inputs": inputs}, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
@@ -456,12 +458,12 @@ def _check_names(scenario: Scenario) -> None:
     point per grid value: look both up once, cheaply, before anything runs (torch models and profiles
     are read by the points themselves)."""
     from ddpsim.hardware.catalog import get_gpu
-    from ddpsim.workload.resolve import PROFILE_PREFIX, TORCH_PREFIX
+    from ddpsim.workload.resolve import PROFILE_PREFIX, TORCH_PREFIX, TRACE_PREFIX
     from ddpsim.workload.zoo import resolve_zoo_name
 
     try:
         get_gpu(scenario.cluster.gpu)
-        if not scenario.workload.model.startswith((TORCH_PREFIX, PROFILE_PREFIX)):
+        if not scenario.workload.model.startswith((TORCH_PREFIX, PROFILE_PREFIX, TRACE_PREFIX)):
             resolve_zoo_name(scenario.workload.model)
     except ScenarioError as exc:
         raise ScenarioError(exc.detail, file=exc.file or scenario.source, field=exc.field) from None

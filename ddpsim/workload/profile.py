@@ -141,7 +141,13 @@ READY_SLACK_S = 1e-3
 def load_profile(path: str) -> Workload:
     """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
     (``file=path``, ``field="params[3].numel"``)."""
-    root = _Fields(path, read_json_object(path, "profile"))
+    return profile_workload(read_json_object(path, "profile"), path)
+
+
+def profile_workload(data: dict[str, Any], path: str) -> Workload:
+    """The Workload of a ``ddpsim.profile/1`` record read from ``path`` (a profile file, or a trace that
+    ``ddpsim.workload.trace`` turned into the record)."""
+    root = _Fields(path, data)
     schema = root.get("schema", (str,), f"the string {SCHEMA!r}")
     if schema != SCHEMA:
         raise root.error("schema", f"expected {SCHEMA!r}, got {schema!r}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 
 from ddpsim.errors import ScenarioError
@@ -14,15 +15,24 @@ from ddpsim.workload.zoo import ZOO_NAMES, zoo_workload
 
 TORCH_PREFIX = "torch:"
 PROFILE_PREFIX = "profile:"
+TRACE_PREFIX = "trace:"
+CPU_TIMES = "@cpu"  # trace:PATH@cpu: a trace without GPU kernels, timed by its CPU ops (host time)
 
 
 def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
-    """A zoo name, ``torch:package.module:factory`` or ``profile:path.json`` (relative to ``base_dir``,
-    the scenario's folder). A profile must match the scenario's batch size and precision, since its
-    measured times hold only for those."""
+    """A zoo name, ``torch:package.module:factory``, ``profile:path.json`` or ``trace:path.json`` (a
+    torch.profiler trace; paths relative to ``base_dir``, the scenario's folder). A profile or trace must
+    match the scenario's batch size and precision, since its measured times hold only for those."""
     model = spec.model.strip()
     if model.startswith(PROFILE_PREFIX):
         return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
+    if model.startswith(TRACE_PREFIX):
+        from ddpsim.workload.trace import load_trace
+
+        relative = model[len(TRACE_PREFIX):].strip()
+        cpu_times = relative.endswith(CPU_TIMES)
+        relative = relative.removesuffix(CPU_TIMES).strip()
+        return _load_profile(spec, relative, base_dir, lambda path: load_trace(path, cpu_times), "trace")
     if model.startswith(TORCH_PREFIX):
         from ddpsim.workload.torch_import import import_torch_model
 
@@ -40,26 +50,27 @@ def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
     return zoo_workload(model, spec.batch_size, spec.precision, spec.seq_len)
 
 
-def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str) -> Workload:
+def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
+                  loader: Callable[[str], Workload] = load_profile, what: str = "profile") -> Workload:
     if not relative:
-        raise ScenarioError("expected 'profile:path/to/profile.json'", field="workload.model")
+        raise ScenarioError(f"expected '{what}:path/to/{what}.json'", field="workload.model")
     path = relative if os.path.isabs(relative) else os.path.join(base_dir, relative)
     if not os.path.exists(path):
-        raise ScenarioError(f"profile file {path!r} not found (relative paths start at the scenario's folder)",
+        raise ScenarioError(f"{what} file {path!r} not found (relative paths start at the scenario's folder)",
                             field="workload.model")
-    workload = load_profile(path)
+    workload = loader(path)
     for field_name, wanted, measured in (
         ("batch_size", spec.batch_size, workload.batch_size),
         ("precision", spec.precision, workload.precision),
     ):
         if wanted != measured:
             raise ScenarioError(
-                f"the profile was measured with {field_name} {measured!r}, the scenario asks for {wanted!r}; "
+                f"the {what} was measured with {field_name} {measured!r}, the scenario asks for {wanted!r}; "
                 "measured times hold only for the measured setting",
                 field=f"workload.{field_name}",
             )
     if spec.seq_len is not None and workload.seq_len is not None and spec.seq_len != workload.seq_len:
-        raise ScenarioError(f"the profile was measured with seq_len {workload.seq_len}, the scenario asks "
+        raise ScenarioError(f"the {what} was measured with seq_len {workload.seq_len}, the scenario asks "
                             f"for {spec.seq_len}", field="workload.seq_len")
     # A profile has no activation estimate; a zoo model of the same name provides one (memory report).
     if workload.name in ZOO_NAMES and workload.activation_bytes == 0.0:
