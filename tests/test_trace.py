@@ -197,6 +197,35 @@ def test_gpu_kernels_are_segmented_at_each_accumulate_grad(tmp_path):
     assert measured is not None and "1 NCCL kernels per step took 0.085 ms (a check, not the prediction)" in measured.how
 
 
+def test_the_profilers_overhead_is_removed_where_the_capture_timed_the_step_without_it(tmp_path):
+    us = 1e-6
+    plain = _gpu_trace()
+    path = tmp_path / "plain.json"
+    path.write_text(json.dumps(plain))
+    # a trace of the user's own loop: nothing to scale by, and the profile says so
+    unscaled = read_trace(str(path)).profile
+    assert unscaled["profiler_overhead"]["scale"] == 1.0
+    assert "not measured" in unscaled["profiler_overhead"]["why"]
+    # the capture timed the same steps untraced at 280 us against the traced 350 us: every time x 0.8
+    captured = dict(plain, ddpsim_capture={"unprofiled_step_s": 280 * us, "unprofiled_steps": 10})
+    path = tmp_path / "captured.json"
+    path.write_text(json.dumps(captured))
+    prof = read_trace(str(path)).profile
+    assert prof["profiler_overhead"]["scale"] == pytest.approx(0.8)
+    assert prof["step_s"] == pytest.approx(280 * us)
+    assert prof["forward_s"] == pytest.approx(0.8 * 70 * us)
+    assert prof["backward_s"] == pytest.approx(0.8 * 100 * us)
+    assert prof["optimizer_s"] == pytest.approx(0.8 * 140 * us)
+    by_shape = {tuple(p["shape"]): p for p in prof["params"]}
+    assert by_shape[(3, 8)]["grad_ready_s"] == pytest.approx(0.8 * 50 * us)
+    measured = load_trace(str(path)).measured
+    assert measured is not None and "the profiler's overhead removed: x0.800" in measured.how
+    # an untraced step that was not faster removes nothing
+    slower = dict(plain, ddpsim_capture={"unprofiled_step_s": 400 * us, "unprofiled_steps": 10})
+    path.write_text(json.dumps(slower))
+    assert read_trace(str(path)).profile["step_s"] == pytest.approx(350 * us)
+
+
 def test_a_kernel_without_its_launch_is_placed_by_its_cpu_ops_external_id(tmp_path):
     data = _gpu_trace()
     events = [e for e in data["traceEvents"] if e.get("cat") != "cuda_runtime"]

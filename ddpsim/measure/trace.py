@@ -53,8 +53,11 @@ def _hook_order(model, named, opt, spec, batch) -> list[str]:
     return fired
 
 
-def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_name: str | None = None) -> str:
-    """Trace ``steps`` training steps of the model after ``warmup`` untraced ones; returns the trace's path."""
+def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_name: str | None = None,
+            unprofiled_steps: int = 10) -> str:
+    """Trace ``steps`` training steps of the model after ``warmup`` untraced ones and as many (at least
+    ``unprofiled_steps``) timed without the profiler, whose median step the trace's metadata records;
+    returns the trace's path."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
@@ -99,17 +102,36 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
         prof.export_chrome_trace(path)
         written.append(path)
 
+    def train_step() -> None:
+        opt.zero_grad(set_to_none=True)
+        spec.loss(model, batch).backward()
+        opt.step()
+
+    def sync() -> None:
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+
+    for _ in range(warmup):
+        train_step()
+    # the profiler lengthens every op on the host: a launch-bound step runs slower traced than not. The same
+    # steps timed without it let the reader scale the traced times back (ddpsim.workload.trace)
+    plain_s = []
+    for _ in range(max(steps, unprofiled_steps)):
+        sync()
+        t0 = time.perf_counter()
+        train_step()
+        sync()
+        plain_s.append(time.perf_counter() - t0)
+    meta["unprofiled_step_s"] = sorted(plain_s)[len(plain_s) // 2]
+    meta["unprofiled_steps"] = len(plain_s)
     with profile(activities=activities, record_shapes=True, on_trace_ready=ready,
-                 schedule=schedule(wait=max(0, warmup - 1), warmup=1 if warmup else 0, active=steps, repeat=1)) as prof:
-        for i in range(warmup + steps):
-            if i == warmup:  # metadata is kept only while the profiler records
+                 schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
+        for i in range(1 + steps):
+            if i == 1:  # metadata is kept only while the profiler records
                 prof.add_metadata_json(CAPTURE_KEY, json.dumps(meta))
-            opt.zero_grad(set_to_none=True)
-            spec.loss(model, batch).backward()
-            opt.step()
+            train_step()
             prof.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+    sync()
     if not written:
         raise RuntimeError(f"the profiler wrote no trace to {path}")
     return path
