@@ -169,6 +169,7 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
             _overheads(sub, source, f"overheads.{name}.by_world_size.{world}")
             _models(sub, source, f"overheads.{name}.by_world_size.{world}")
             _flag(sub, source, f"overheads.{name}.by_world_size.{world}")
+    _collectives(data.get("collectives") or {}, source)
     subset = data.get("calibration_subset") or {}
     data_dir = data.get("data_dir")
     if isinstance(data_dir, str) and not os.path.isabs(data_dir) and os.path.exists(source):
@@ -210,6 +211,25 @@ def _noise(data: Any, source: str) -> dict[str, Any]:
             if value is not None:
                 _number({key: value}, key, source, f"noise.{name}")
     return data
+
+
+def _collectives(data: Any, source: str) -> None:
+    """``collectives.<class>.<reduce_scatter|all_gather>.<shape>``: measured curves of sharded data parallel's collectives."""
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="collectives")
+    for link_class, by_collective in data.items():
+        if not isinstance(by_collective, dict):
+            raise ScenarioError("expected a mapping", file=source, field=f"collectives.{link_class}")
+        for collective, by_shape in by_collective.items():
+            where = f"collectives.{link_class}.{collective}"
+            if collective not in SHARDED_COLLECTIVES or not isinstance(by_shape, dict):
+                raise ScenarioError(f"expected {' or '.join(SHARDED_COLLECTIVES)}, each a mapping of shapes",
+                                    file=source, field=where)
+            for shape, entry in by_shape.items():
+                if not isinstance(entry, dict):
+                    raise ScenarioError("expected a mapping", file=source, field=f"{where}.{shape}")
+                _number(entry, "bandwidth_Bps", source, f"{where}.{shape}", positive=True)
+                _number(entry, "call_floor_s", source, f"{where}.{shape}")
 
 
 def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -281,8 +301,10 @@ def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:
 # a word. allocation_spread, pooled_from and probed_from are written by pooled calibrations (pool.py).
 CALIBRATION_KEYS = frozenset({
     "schema", "link_classes", "overheads", "calibration_subset", "noise", "measured_overheads", "noise_source",
-    "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from",
+    "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from", "collectives",
 })
+# the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
+SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")
 OVERHEAD_ENTRY_KEYS = frozenset({f.name for f in fields(OverheadSpec)} | {
     "by_world_size", "models", "warnings", FITTED_MODELS_ONLY_KEY, "calibration_mape_pct",
     "calibration_max_error_pct", "calibration_runs", "fitted_terms", "measured_terms", "standard_error",
