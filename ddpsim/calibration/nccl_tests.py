@@ -23,6 +23,7 @@ import json
 import math
 import os
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -43,7 +44,7 @@ _SIGNATURES: dict[str, tuple[bool, str, bool]] = {
 }
 _BUS_TOLERANCE = 0.03  # busbw / algbw and size / time against algbw: both printed with 3+ significant digits
 _CHECKED_ALGBW_GBPS = 1.0  # rows below print too few digits of algbw to check
-_CHECKED_TIME_US = 10.0
+_CHECKED_TIME_US = 1.0
 
 _LAUNCHER_PREFIX = re.compile(r"^(\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
 _BINARY_LINE = re.compile(r"^#\s*Collective test (?:starting|concluded):\s*(\S+)")
@@ -92,7 +93,8 @@ class _Report:
     agg_iters: int | None
     max_bytes: int | None
     step: tuple[int, str] | None  # (2, "factor") or (1048576, "bytes")
-    hosts: tuple[str, ...]
+    ranks: int | None  # None: the file does not list them (a trimmed header)
+    hosts: tuple[str, ...]  # the host of each rank (text) or of each process (JSON)
     emulated_nodes: bool  # the harness's files: several nodes emulated on one host
     rows: tuple[Row, ...]
 
@@ -198,7 +200,7 @@ def _read_text(path: str, text: str, in_place: bool) -> _Report:
     hosts = tuple(m.group(1) for line in lines if (m := _RANK_LINE.match(line.strip())))
     return _Report(binary, names is not None and "cputime" in names, int(agg.group(1)) if agg else None,
                    int(max_bytes.group(1)) if max_bytes else None,
-                   (int(step.group(1)), step.group(2)) if step else None, hosts,
+                   (int(step.group(1)), step.group(2)) if step else None, len(hosts) or None, hosts,
                    any(line.startswith("# ddpsim harness:") for line in lines), tuple(rows))
 
 
@@ -265,7 +267,11 @@ def _read_json(path: str, text: str, in_place: bool) -> _Report:
     args: list = data["args"] if isinstance(data.get("args"), list) else []
     config: dict = data["config"] if isinstance(data.get("config"), dict) else {}
     devices: list = config["devices"] if isinstance(config.get("devices"), list) else []
+    # the report lists each process's first GPU only (util.cu parses one rank line per process): the ranks are
+    # processes x threads x GPUs per thread
     hosts = tuple(str(d.get("hostname")) for d in devices if isinstance(d, dict) and d.get("hostname") is not None)
+    threads, gpus = _json_int(config.get("nthreads")), _json_int(config.get("ngpus"))
+    ranks = len(hosts) * threads * gpus if hosts and threads and gpus else None
     group = "in_place" if in_place else "out_of_place"
     rows = []
     cpu_time = _cpu_time_asked(args)
@@ -282,7 +288,7 @@ def _read_json(path: str, text: str, in_place: bool) -> _Report:
     return _Report(collective_of_binary(args[0]) if args and isinstance(args[0], str) else None, cpu_time,
                    _json_int(config.get("aggregated_iterations")), _json_int(config.get("maximum_bytes")),
                    (step[0], step[1]) if isinstance(step[0], int) and not isinstance(step[0], bool) else None,
-                   hosts, False, tuple(rows))
+                   ranks, hosts, False, tuple(rows))
 
 
 def _cpu_time_asked(args: Sequence[object]) -> bool:
@@ -384,19 +390,16 @@ def _collective_of_rows(path: str, rows: Sequence[Row], world_size: int, named: 
         if factors and not all(abs(f / bus_factor(name, world_size) - 1) <= _BUS_TOLERANCE for f in factors):
             continue
         fits.append(name)
+    measured = (f"reduction {first.redop}, size {first.bytes} for count {first.count} of {first.data_type}"
+                + (f", busbw/algbw {statistics.median(factors):.2f}" if factors else ""))
     if named is not None:
         if named not in fits:
-            raise ScenarioError(f"{first.where}: the columns are not those of {named}_perf on {world_size} ranks "
-                                f"(reduction {first.redop}, size {first.bytes} for count {first.count} of "
-                                f"{first.data_type}, busbw/algbw {factors[0]:.3f} against "
-                                f"{bus_factor(named, world_size):.3f})" if factors else
-                                f"{first.where}: the columns are not those of {named}_perf on {world_size} ranks "
-                                f"(reduction {first.redop}, size {first.bytes} for count {first.count} of "
-                                f"{first.data_type})", file=path, field="--nccl-tests WORLD_SIZE")
+            raise ScenarioError(f"the columns are not those of {named}_perf on {world_size} ranks ({measured}; "
+                                f"its busbw/algbw is {bus_factor(named, world_size):.2f})", file=path,
+                                field="--nccl-tests WORLD_SIZE")
         return named
     if not fits:
-        raise ScenarioError(f"{first.where}: the columns fit no nccl-tests collective on {world_size} ranks "
-                            f"(reduction {first.redop}, size {first.bytes} for count {first.count} of {first.data_type})",
+        raise ScenarioError(f"the columns fit no nccl-tests collective on {world_size} ranks ({measured})",
                             file=path, field="--nccl-tests WORLD_SIZE")
     if len(fits) > 1:
         raise ScenarioError(f"names no binary (no 'Collective test starting' line) and its columns fit "
@@ -445,10 +448,10 @@ def _check_complete(path: str, rows: Sequence[Row], report: _Report) -> None:
 def _check_hosts(path: str, report: _Report, world_size: int, nodes: int) -> None:
     """nccl-tests lists every rank and its host: a file that says otherwise than the ranks and nodes given
     would be fitted as a shape it never measured."""
-    if not report.hosts:
+    if report.ranks is None:
         return  # a header without the rank lines (trimmed output) says nothing to check
-    if len(report.hosts) != world_size:
-        raise ScenarioError(f"the header lists {len(report.hosts)} ranks, but {world_size} were given", file=path,
+    if report.ranks != world_size:
+        raise ScenarioError(f"the header lists {report.ranks} ranks, but {world_size} were given", file=path,
                             field="--nccl-tests WORLD_SIZE")
     distinct = len(set(report.hosts))
     # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
