@@ -277,3 +277,23 @@ def test_aggregated_calls_are_refused(tmp_path, capsys):
     path = _write(tmp_path, "agg.txt", perf_text(agg=8))
     _refused(capsys, ["calibrate", "--nccl-tests", f"{path}:nvlink:4", "--links-only", "--out", str(tmp_path / "c.json")],
              "agg.txt", "agg iters", "-m 1")
+
+
+@pytest.mark.parametrize("edit, field", [
+    (lambda c: c["collectives"]["nvlink"]["reduce_scatter"]["1x4"].update(bandwidth_Bps=0), "bandwidth_Bps"),
+    (lambda c: c["collectives"]["nvlink"].update(alltoall=c["collectives"]["nvlink"].pop("reduce_scatter")),
+     "collectives.nvlink.alltoall"),
+    (lambda c: c["collectives"]["nvlink"]["reduce_scatter"].update({"1x4": 5}), "collectives.nvlink.reduce_scatter.1x4"),
+])
+def test_a_bad_collectives_section_is_refused_when_read(tmp_path, edit, field):
+    path = _write(tmp_path, "rs.txt", perf_text("reduce_scatter"))
+    out = tmp_path / "c.json"
+    assert main(["calibrate", "--nccl-tests", f"{ALLREDUCE_W4}:nvlink:4", "--nccl-tests", f"{path}:nvlink:4",
+                 "--links-only", "--out", str(out)]) == 0
+    calibration = json.loads(out.read_text())
+    edit(calibration)
+    out.write_text(json.dumps(calibration))
+    from ddpsim.calibration.file import read_calibration
+
+    with pytest.raises(ScenarioError, match=field):
+        read_calibration(str(out))
