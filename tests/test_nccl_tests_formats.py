@@ -183,8 +183,14 @@ def test_sharded_collectives_are_read_as_themselves(tmp_path, capsys, collective
     # the all-reduce's own fit is the committed 4 x H200 sweep's (356.6 GB/s at 1 GiB), untouched by the fixture
     assert 300e9 < calibration["link_classes"]["nvlink"]["bandwidth_Bps"] < 420e9
     from ddpsim.calibration.file import read_calibration
+    from ddpsim.calibration.sharded_fit import curve_time_s
 
-    assert read_calibration(str(out)).link_fit("nvlink", 4, 1) is not None  # the file reads back
+    read_back = read_calibration(str(out))
+    curve = read_back.collective_curve("nvlink", collective, RANKS, 1)
+    assert curve is not None and read_back.collective_curve("nvlink", collective, 8, 1) is None
+    # the fitted curve gives back the fixture's own times (20 us + S (3/4) / 300 GB/s) at every size
+    for size in SIZES:
+        assert curve_time_s(curve, size, RANKS) * 1e6 == pytest.approx(_time_us(collective, size), rel=0.05)
 
 
 def test_an_unnamed_all_gather_must_be_named(tmp_path, capsys):

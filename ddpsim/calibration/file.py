@@ -83,6 +83,8 @@ class Calibration:
     # a pooled calibration's measured spread between allocations per link class (pool.py); absent in
     # files fitted on one allocation, whose interval is that allocation's noise alone
     allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # measured reduce-scatter and all-gather curves per link class, collective and shape (sharded_fit.py)
+    collectives: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -119,6 +121,11 @@ class Calibration:
             if per_node in fitted.get("by_world_size", {}):
                 fitted, where = fitted["by_world_size"][per_node], f"{where}.by_world_size.{per_node}"
         return _link_fit(fitted, self.source, where), where
+
+    def collective_curve(self, link_class: str, collective: str, world_size: int, nodes: int) -> dict[str, Any] | None:
+        """The measured curve of a reduce-scatter or all-gather on exactly this shape (None: not measured);
+        ``sharded_fit.curve_time_s`` prices a size on it."""
+        return (self.collectives.get(link_class) or {}).get(collective, {}).get(f"{nodes}x{world_size // nodes}")
 
     def overhead_values(self, link_class: str, world_size: int) -> dict[str, Any]:
         return _overheads(self._overhead_entry(link_class, world_size), self.source, f"overheads.{link_class}")
@@ -185,6 +192,7 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         data_dir=data_dir if isinstance(data_dir, str) else None,
         noise=_noise(data.get("noise") or {}, source),
         allocation_spread=_allocation_spread(data.get("allocation_spread") or {}, source),
+        collectives=data.get("collectives") or {},
     )
 
 

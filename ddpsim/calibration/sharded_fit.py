@@ -18,15 +18,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ddpsim.calibration.curvefit import envelope_s, fit_protocols
+from ddpsim.calibration.curvefit import ProtocolFit, envelope_s, fit_protocols
 from ddpsim.calibration.file import SHARDED_COLLECTIVES
-from ddpsim.calibration.fit import MIN_BANDWIDTH_SPAN, MIN_FIT_BYTES
+from ddpsim.calibration.fit import MIN_BANDWIDTH_SPAN, MIN_FIT_BYTES, shape_key
 from ddpsim.calibration.nccl_tests import NcclTestsSweep
 from ddpsim.errors import ScenarioError
 
 
-def shape_key(world_size: int, nodes: int) -> str:
-    return f"{nodes}x{world_size // nodes}"
+def curve_time_s(entry: dict[str, Any], nbytes: float, world_size: int) -> float:
+    """Seconds of one reduce-scatter or all-gather of an ``nbytes`` (unsharded) buffer on a fitted entry's curve."""
+    fits = {p: ProtocolFit(f["base_latency_s"], f["hop_latency_s"], f["bus_bandwidth_Bps"], passes=1)
+            for p, f in entry["protocol_fits"].items()}
+    return envelope_s(fits, nbytes, world_size, entry["call_floor_s"])[0]
 
 
 def fit_sharded_collectives(sweeps: Sequence[NcclTestsSweep]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -36,7 +39,7 @@ def fit_sharded_collectives(sweeps: Sequence[NcclTestsSweep]) -> dict[str, dict[
         if sweep.collective not in SHARDED_COLLECTIVES:
             raise ScenarioError(f"{sweep.collective}_perf output is not a reduce-scatter or all-gather sweep",
                                 file=sweep.source, field="collective")
-        groups[(sweep.link_class, sweep.collective, shape_key(sweep.world_size, sweep.nodes))].append(sweep)
+        groups[(sweep.link_class, sweep.collective, shape_key(sweep.nodes, sweep.world_size))].append(sweep)
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (link_class, collective, shape), group in sorted(groups.items()):
         out.setdefault(link_class, {}).setdefault(collective, {})[shape] = _fit_group(group)

@@ -146,8 +146,13 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     for link_class, by_collective in sorted(meta.get("collectives", {}).items()):
         for collective, by_shape in sorted(by_collective.items()):
             for shape, entry in sorted(by_shape.items()):
-                print(f"{link_class} {collective} {shape}: bus bandwidth {entry['bandwidth_Bps'] / 1e9:.1f} GB/s, "
-                      f"floor {entry['call_floor_s'] * 1e6:.1f} us, fit error {entry['fit_mean_error_pct']:.1f}% mean "
+                # beside the all-reduce's bus bandwidth on the same GPUs: a ring runs both at the link's speed
+                nodes, per_node = (int(x) for x in shape.split("x"))
+                links = data["link_classes"].get(link_class) if nodes == 1 else None
+                links = (links.get("by_world_size") or {}).get(str(per_node), links) if links else None
+                print(f"{link_class} {collective} {shape}: bus bandwidth {entry['bandwidth_Bps'] / 1e9:.1f} GB/s"
+                      + (f" (all-reduce {links['bandwidth_Bps'] / 1e9:.1f})" if links else "")
+                      + f", floor {entry['call_floor_s'] * 1e6:.1f} us, fit error {entry['fit_mean_error_pct']:.1f}% mean "
                       f"({entry['data_type']}, {', '.join(entry['sources'])})")
     how = {"allreduce_stretch": "last bucket of {} per-bucket traces",
            "compute_slowdown": "{} micro-benchmarks, GEMM and convolution beside all-reduces"}
