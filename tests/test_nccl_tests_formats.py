@@ -303,3 +303,17 @@ def test_a_bad_collectives_section_is_refused_when_read(tmp_path, edit, field):
 
     with pytest.raises(ScenarioError, match=field):
         read_calibration(str(out))
+
+
+def test_an_unnamed_two_gpu_all_reduce_must_be_named(tmp_path, capsys):
+    # on 2 GPUs all_reduce_perf and sendrecv_perf print the same columns (busbw = algbw x 2(n-1)/n = algbw x 1)
+    source = os.path.join(ROOT, "validation", "data", "h100x2-2026-11-26", "allreduce_nvlink_w2.txt")
+    with open(source, encoding="utf-8") as handle:
+        text = "\n".join(line for line in handle.read().splitlines() if not line.startswith("# ddpsim harness:"))
+    path = _write(tmp_path, "w2.txt", text + "\n")
+    out = tmp_path / "c.json"
+    _refused(capsys, ["calibrate", "--nccl-tests", f"{path}:nvlink:2", "--links-only", "--out", str(out)],
+             "w2.txt", "all_reduce_perf and sendrecv_perf", "op=all_reduce")
+    assert main(["calibrate", "--nccl-tests", f"{path}:nvlink:2:op=all_reduce", "--links-only", "--out", str(out)]) == 0
+    # the library's all-reduce reader is asked for an all-reduce: the columns fit one
+    assert len(read_nccl_tests(path, "nvlink", 2)) == len(read_nccl_tests(source, "nvlink", 2))

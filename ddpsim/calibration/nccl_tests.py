@@ -127,11 +127,9 @@ class NcclTestsSweep:
 def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False,
                     data_type: str | None = None, redop: str | None = None) -> list[AllReduceSample]:
     """An ``all_reduce_perf`` sweep (text or ``-J`` JSON) as all-reduce samples; any other binary's output is refused."""
-    sweep = read_nccl_tests_sweep(path, link_class, world_size, nodes, in_place, data_type, redop)
-    if sweep.collective != "all_reduce":
-        raise ScenarioError(f"{sweep.collective}_perf output: the all-reduce fit reads all_reduce_perf output",
-                            file=path, field="collective")
-    return sweep.allreduce_samples()
+    # the caller wants an all-reduce: a file that names no binary is read as one if its columns fit it
+    return read_nccl_tests_sweep(path, link_class, world_size, nodes, in_place, data_type, redop,
+                                 collective="all_reduce").allreduce_samples()
 
 
 def read_nccl_tests_sweep(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False,
@@ -354,9 +352,10 @@ def _one_sweep(path: str, rows: Sequence[Row], data_type: str | None, redop: str
         elif len(present) > 1:
             # each kind is its own sweep (a half element costs other than a float one), and DDP's all-reduce
             # moves one kind: one curve through all of them would be a curve of none
+            example = next((p for p in ("float", "sum") if p in present), present[0])
             raise ScenarioError(f"rows of {len(present)} {name}s ({', '.join(present)}; nccl-tests "
                                 f"{'-d' if key == 'type' else '-o'} all): name the one to fit "
-                                f"(FILE:CLASS:WORLD:{key}={present[0]})", file=path, field=key)
+                                f"(FILE:CLASS:WORLD:{key}={example})", file=path, field=key)
     return list(rows)
 
 
@@ -365,7 +364,7 @@ def _named_collective(path: str, binary: str | None, given: str | None) -> str |
         return binary
     given = collective_of_binary(given)
     if binary is not None and binary != given:
-        raise ScenarioError(f"op={given} given, but the file is {binary}_perf output", file=path, field="op")
+        raise ScenarioError(f"{binary}_perf output, read as {given}_perf", file=path, field="collective")
     return given
 
 
