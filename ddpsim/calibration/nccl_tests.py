@@ -161,7 +161,7 @@ def read_nccl_tests_sweep(path: str, link_class: str, world_size: int, nodes: in
     if found not in COLLECTIVES_READ:
         raise ScenarioError(f"{found}_perf output: calibration reads all_reduce_perf, reduce_scatter_perf and "
                             "all_gather_perf output", file=path, field="collective")
-    _check_rows(path, rows, found, world_size)
+    _check_rows(path, rows)
     _check_complete(path, rows, report)
     return NcclTestsSweep(path, found, rows[0].data_type, rows[0].redop, link_class, world_size, nodes,
                           tuple(r.bytes for r in rows), tuple(r.time_us * 1e-6 for r in rows))
@@ -407,7 +407,7 @@ def _collective_of_rows(path: str, rows: Sequence[Row], world_size: int, named: 
     return fits[0]
 
 
-def _check_rows(path: str, rows: Sequence[Row], collective: str, world_size: int) -> None:
+def _check_rows(path: str, rows: Sequence[Row]) -> None:
     seen: set[int] = set()
     for row in rows:
         if row.bytes <= 0 or not math.isfinite(row.time_us) or row.time_us <= 0:
