@@ -184,8 +184,35 @@ def _twice(text: str) -> str:
     return text + "\n".join(rows) + "\n"
 
 
+def _cpu_time(text: str) -> str:
+    """The column header of nccl-tests -C 1: its time columns are the host's launch time."""
+    return text.replace("     time   algbw", "  cputime   algbw")
+
+
+def _cut_last_row(text: str) -> str:
+    """The last row without its in-place half: a run killed while printing it."""
+    lines = text.splitlines()
+    last = max(i for i, line in enumerate(lines) if line.split() and line.split()[0].isdigit())
+    lines[last] = "  ".join(lines[last].split()[:9])
+    return "\n".join(lines[:last + 1]) + "\n"
+
+
+def _short_of_max(text: str) -> str:
+    """Rows up to 64 MiB of a run that was to reach maxBytes 1 GiB."""
+    return "\n".join(line for line in text.splitlines()
+                     if not (line.split() and line.split()[0].isdigit() and int(line.split()[0]) > 1 << 26)) + "\n"
+
+
 @pytest.mark.parametrize("name, make, spec, field", [
     ("wrong.txt", lambda t: _wrong_at(t, 1 << 20), ":nvlink:4", "#wrong"),
+    ("cputime.txt", _cpu_time, ":nvlink:4", "cputime"),
+    ("aggregated.txt", lambda t: t.replace("agg iters: 1", "agg iters: 4"), ":nvlink:4", "agg iters"),
+    ("cut_row.txt", _cut_last_row, ":nvlink:4", "row"),
+    ("short_of_max.txt", _short_of_max, ":nvlink:4", "maxBytes"),
+    ("two_runs.txt", lambda t: t + t, ":nvlink:4", "columns"),
+    ("broadcast.txt", lambda t: "# Collective test starting: broadcast_perf\n" + t, ":nvlink:4", "collective"),
+    ("typo_option.txt", lambda t: t, ":nvlink:4:dtype=float", "--nccl-tests"),
+    ("absent_type.txt", lambda t: t, ":nvlink:4:type=half", "type"),
     ("twice.txt", _twice, ":nvlink:4", "size"),
     # one real host given as two nodes: an intra-node sweep would be fitted as the network
     ("one_host.txt", _by_hand, ":nvlink:4:2", "--nccl-tests NODES"),

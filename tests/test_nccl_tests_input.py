@@ -6,7 +6,8 @@ import os
 
 import pytest
 
-from ddpsim.calibration.measurements import read_harness_allreduce, read_nccl_tests
+from ddpsim.calibration.measurements import read_harness_allreduce
+from ddpsim.calibration.nccl_tests import read_nccl_tests
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
 
@@ -43,7 +44,7 @@ def test_calibrate_from_nccl_tests_text(tmp_path, capsys):
 def test_bad_nccl_tests_file(tmp_path):
     bad = tmp_path / "perf.txt"
     bad.write_text("# nothing here\n")
-    with pytest.raises(ScenarioError, match="no all_reduce_perf rows"):
+    with pytest.raises(ScenarioError, match="no result rows"):
         read_nccl_tests(str(bad), "nvlink", 2)
     assert main(["calibrate", "--nccl-tests", f"{bad}:nvlink", "--out", str(tmp_path / "c.json")]) == 2
     assert not (tmp_path / "c.json").exists()
@@ -67,14 +68,14 @@ def test_launcher_prefixes_are_read(tmp_path, prefix):
 
 
 def test_twelve_column_layout_without_root(tmp_path):
-    # nccl-tests before the root column: size count type redop time algbw busbw #wrong (x2)
+    # nccl-tests before the root column: size count type redop time algbw busbw #wrong (x2), in the header too
     lines = []
     for line in _rows(SOURCE):
         fields = line.split()
         if fields and fields[0].isdigit() and not line.startswith("#"):
             del fields[4]
             line = "  ".join(fields)
-        lines.append(line)
+        lines.append(line.replace("   redop    root ", "   redop "))
     old = tmp_path / "old.txt"
     old.write_text("\n".join(lines) + "\n")
     expected = [(s.bytes, s.time_s) for s in read_nccl_tests(SOURCE, "nvlink", 4)]
@@ -106,7 +107,8 @@ def test_a_sweep_cut_short_is_refused(tmp_path, capsys):
     cut = tmp_path / "cut.txt"
     rows = _rows(SOURCE)
     keep = [line for line in rows if not (line.split() and line.split()[0].isdigit() and int(line.split()[0]) > 262144)]
-    cut.write_text("\n".join(keep) + "\n")
+    # a run asked for no more (-e 256K): a file cut short of its maxBytes is refused before any fit
+    cut.write_text("\n".join(keep).replace("maxBytes 1073741824", "maxBytes 262144") + "\n")
     out = tmp_path / "c.json"
     assert main(["calibrate", "--nccl-tests", f"{cut}:nvlink:4", "--links-only", "--out", str(out)]) == 2
     err = capsys.readouterr().err

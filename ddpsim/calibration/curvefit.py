@@ -2,6 +2,8 @@
 
 For one link class and protocol p, a ring all-reduce of S bytes on n GPUs costs
     T_p = base_p + steps(n) * hop_p + S * 2(n-1)/n / busbw_p,      steps(n) = 2(n-1),
+(a reduce-scatter or an all-gather is one pass of that ring, not two: steps(n) = n-1, S (n-1)/n bytes
+through each link, ``passes=1``),
 and NCCL runs whichever protocol is fastest, so the kernel time is the lower envelope min_p T_p.
 A call timed from the host side never takes less than a fixed floor (PyTorch's and NCCL's launch
 path, a few tens of microseconds), so the measured curve is max(floor, min_p T_p). The fit
@@ -33,9 +35,10 @@ class ProtocolFit:
     base_s: float
     hop_s: float
     busbw_Bps: float
+    passes: int = 2  # passes of the ring: all-reduce 2 (reduce-scatter then all-gather), either alone 1
 
     def time_s(self, n_bytes: float, world_size: int) -> float:
-        steps = 2 * (world_size - 1)
+        steps = self.passes * (world_size - 1)
         return self.base_s + steps * self.hop_s + n_bytes * steps / world_size / self.busbw_Bps
 
 
@@ -54,9 +57,10 @@ def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float, 
     return np.asarray(minimize(f, x0, method="Nelder-Mead", options=options).x)
 
 
-def _linear_start(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, chosen: np.ndarray) -> tuple[float, float]:
+def _linear_start(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, chosen: np.ndarray,
+                  passes: int) -> tuple[float, float]:
     """(base_s, busbw_Bps) of a least-squares line through the chosen samples (positive by clipping)."""
-    x = sizes[chosen] * 2 * (worlds[chosen] - 1) / worlds[chosen]
+    x = sizes[chosen] * passes * (worlds[chosen] - 1) / worlds[chosen]
     y = times[chosen]
     if chosen.sum() < 2 or np.ptp(x) == 0:
         return float(max(np.min(times), _FLOOR_S)), float(np.max(sizes / times) * 2)
@@ -65,17 +69,17 @@ def _linear_start(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, chos
     return float(max(intercept, _FLOOR_S)), float(busbw)
 
 
-def _starts(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, steps: np.ndarray) -> list[np.ndarray]:
+def _starts(sizes: np.ndarray, worlds: np.ndarray, times: np.ndarray, steps: np.ndarray, passes: int) -> list[np.ndarray]:
     """Starting points: lines through NCCL's usual protocol ranges, and a floor-plus-large-sizes line."""
     hop_scale = max(float(steps.max()), 1.0)
     band = np.digitize(sizes, _INITIAL_SPLIT_BYTES)
     by_band = []
     for index in range(3):
-        base, busbw = _linear_start(sizes, worlds, times, band == index)
+        base, busbw = _linear_start(sizes, worlds, times, band == index, passes)
         by_band += [np.log(base * 0.8), np.log(max(base * 0.2 / hop_scale, _FLOOR_S)), np.log(1.0 / busbw)]
     by_band.append(np.log(np.min(times) * 0.9))
     largest = sizes >= np.sort(sizes)[-min(len(sizes), 8)]
-    base, busbw = _linear_start(sizes, worlds, times, largest)
+    base, busbw = _linear_start(sizes, worlds, times, largest, passes)
     floor = float(np.median(times[sizes <= np.median(sizes)]))
     floor_first = []
     for base_scale, bw_scale in ((0.25, 0.5), (0.5, 0.9), (1.0, 1.0)):
@@ -92,17 +96,19 @@ def fit_protocols(
     times_s: Sequence[float],
     iterations: int = 3000,
     with_floor: bool = False,
+    passes: int = 2,
 ) -> dict[str, ProtocolFit]:
     """Fit base, per-hop latency and bus bandwidth of LL, LL128 and Simple to one link class's samples.
 
     With ``with_floor`` the result also has a "floor" entry whose ``base_s`` is the fitted floor.
+    ``passes``: 2 for all-reduce samples, 1 for reduce-scatter or all-gather samples.
     """
     sizes = np.asarray(sizes_bytes, dtype=float)
     worlds = np.asarray(world_sizes, dtype=float)
     times = np.asarray(times_s, dtype=float)
     if len(sizes) < 3:
         raise ValueError("need at least three measured sizes to fit")
-    steps = 2 * (worlds - 1)
+    steps = passes * (worlds - 1)
     volume = sizes * steps / worlds
     log_times = np.log(times)
     vary_hops = len(set(world_sizes)) > 1
@@ -122,7 +128,7 @@ def fit_protocols(
         return float(np.sum((np.log(curve) - log_times) ** 2))
 
     finishes = []
-    for start in _starts(sizes, worlds, times, steps):
+    for start in _starts(sizes, worlds, times, steps, passes):
         point, point_loss = start, loss(start)
         for _ in range(8):
             candidate = _nelder_mead(loss, point, step=0.7, iterations=iterations)
@@ -139,11 +145,12 @@ def fit_protocols(
     # be priced on a curve fitted to 4 KiB calls (0.3 GB/s where the network gave 5).
     order = np.argsort(params[:, 2])[::-1]  # seconds per byte, largest first: LL, LL128, Simple
     fits = {
-        name: ProtocolFit(base_s=float(params[i, 0]), hop_s=float(params[i, 1]), busbw_Bps=float(1.0 / params[i, 2]))
+        name: ProtocolFit(base_s=float(params[i, 0]), hop_s=float(params[i, 1]), busbw_Bps=float(1.0 / params[i, 2]),
+                          passes=passes)
         for name, i in zip(PROTOCOL_NAMES, order, strict=True)
     }
     if with_floor:
-        fits["floor"] = ProtocolFit(base_s=floor, hop_s=0.0, busbw_Bps=float("inf"))
+        fits["floor"] = ProtocolFit(base_s=floor, hop_s=0.0, busbw_Bps=float("inf"), passes=passes)
     return fits
 
 

@@ -83,6 +83,8 @@ class Calibration:
     # a pooled calibration's measured spread between allocations per link class (pool.py); absent in
     # files fitted on one allocation, whose interval is that allocation's noise alone
     allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # measured reduce-scatter and all-gather curves per link class, collective and shape (sharded_fit.py)
+    collectives: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -128,6 +130,11 @@ class Calibration:
             if per_node in fitted.get("by_world_size", {}):
                 fitted, where = fitted["by_world_size"][per_node], f"{where}.by_world_size.{per_node}"
         return _link_fit(fitted, self.source, where), where
+
+    def collective_curve(self, link_class: str, collective: str, world_size: int, nodes: int) -> dict[str, Any] | None:
+        """The measured curve of a reduce-scatter or all-gather on exactly this shape (None: not measured);
+        ``sharded_fit.curve_time_s`` prices a size on it."""
+        return (self.collectives.get(link_class) or {}).get(collective, {}).get(f"{nodes}x{world_size // nodes}")
 
     def overhead_values(self, link_class: str, world_size: int) -> dict[str, Any]:
         return _overheads(self._overhead_entry(link_class, world_size), self.source, f"overheads.{link_class}")
@@ -178,6 +185,7 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
             _overheads(sub, source, f"overheads.{name}.by_world_size.{world}")
             _models(sub, source, f"overheads.{name}.by_world_size.{world}")
             _flag(sub, source, f"overheads.{name}.by_world_size.{world}")
+    _collectives(data.get("collectives") or {}, source)
     subset = data.get("calibration_subset") or {}
     data_dir = data.get("data_dir")
     if isinstance(data_dir, str) and not os.path.isabs(data_dir) and os.path.exists(source):
@@ -193,6 +201,7 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         data_dir=data_dir if isinstance(data_dir, str) else None,
         noise=_noise(data.get("noise") or {}, source),
         allocation_spread=_allocation_spread(data.get("allocation_spread") or {}, source),
+        collectives=data.get("collectives") or {},
     )
 
 
@@ -219,6 +228,25 @@ def _noise(data: Any, source: str) -> dict[str, Any]:
             if value is not None:
                 _number({key: value}, key, source, f"noise.{name}")
     return data
+
+
+def _collectives(data: Any, source: str) -> None:
+    """``collectives.<class>.<reduce_scatter|all_gather>.<shape>``: measured curves of sharded data parallel's collectives."""
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="collectives")
+    for link_class, by_collective in data.items():
+        if not isinstance(by_collective, dict):
+            raise ScenarioError("expected a mapping", file=source, field=f"collectives.{link_class}")
+        for collective, by_shape in by_collective.items():
+            where = f"collectives.{link_class}.{collective}"
+            if collective not in SHARDED_COLLECTIVES or not isinstance(by_shape, dict):
+                raise ScenarioError(f"expected {' or '.join(SHARDED_COLLECTIVES)}, each a mapping of shapes",
+                                    file=source, field=where)
+            for shape, entry in by_shape.items():
+                if not isinstance(entry, dict):
+                    raise ScenarioError("expected a mapping", file=source, field=f"{where}.{shape}")
+                _number(entry, "bandwidth_Bps", source, f"{where}.{shape}", positive=True)
+                _number(entry, "call_floor_s", source, f"{where}.{shape}")
 
 
 def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
@@ -290,8 +318,10 @@ def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:
 # a word. allocation_spread, pooled_from and probed_from are written by pooled calibrations (pool.py).
 CALIBRATION_KEYS = frozenset({
     "schema", "link_classes", "overheads", "calibration_subset", "noise", "measured_overheads", "noise_source",
-    "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from",
+    "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from", "collectives",
 })
+# the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
+SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")
 OVERHEAD_ENTRY_KEYS = frozenset({f.name for f in fields(OverheadSpec)} | {
     "by_world_size", "models", "warnings", FITTED_MODELS_ONLY_KEY, "calibration_mape_pct",
     "calibration_max_error_pct", "calibration_runs", "fitted_terms", "measured_terms", "standard_error",

@@ -1,4 +1,4 @@
-"""Read measured data: harness all-reduce sweeps (JSONL), nccl-tests ``all_reduce_perf`` text, DDP runs.
+"""Read measured data: harness all-reduce sweeps (JSONL), DDP runs (nccl-tests output: ``nccl_tests.py``).
 
 Every reader returns plain records and raises ScenarioError naming the file and the field.
 """
@@ -60,7 +60,7 @@ def launch_key(record: dict[str, Any] | AllReduceSample) -> str:
     return f"{host_of(record)}/{launch_id}"
 
 
-def _open_text(path: str) -> str:
+def open_text(path: str) -> str:
     try:
         with open(path, encoding="utf-8") as handle:
             return handle.read()
@@ -72,7 +72,7 @@ def _open_text(path: str) -> str:
 
 def read_jsonl(path: str) -> list[dict[str, Any]]:
     records = []
-    for number, line in enumerate(_open_text(path).splitlines(), start=1):
+    for number, line in enumerate(open_text(path).splitlines(), start=1):
         if not line.strip():
             continue
         try:
@@ -207,7 +207,7 @@ def read_nccl_tuning(path: str) -> NcclTuning | None:
     algorithm, which is the same table with the others' bandwidth zeroed. With the table: the
     communicator's ranks and nodes (``nRanks 4 nNodes 2``), its channels (``2 coll channels``)
     and the NIC speed NCCL assumed (``NET[1.2]``)."""
-    lines = [m.group(1) for line in _open_text(path).splitlines() if (m := _NCCL_INFO.search(line))]
+    lines = [m.group(1) for line in open_text(path).splitlines() if (m := _NCCL_INFO.search(line))]
     tables: list[tuple[dict[tuple[str, str], tuple[float, float]], int, int, int]] = []
     ranks = nodes = None
     algorithms: list[str] = []
@@ -267,83 +267,6 @@ def read_nccl_tuning(path: str) -> NcclTuning | None:
         net_bandwidth_Bps=None if net is None or nodes == 1 else net * 1e9,
         nccl_version=version, source=os.path.basename(path),
     )
-
-
-# launcher prefixes on every line: mpirun --tag-output "[1,0]<stdout>:", srun -l "0: "
-_LAUNCHER_PREFIX = re.compile(r"^(\[\d+,\d+\]<std(?:out|err)>:|\s*\d+: )")
-_REDUCE_OPS = {"sum", "prod", "min", "max", "avg", "mulsum", "premulsum"}
-
-
-def read_nccl_tests(path: str, link_class: str, world_size: int, nodes: int = 1, in_place: bool = False) -> list[AllReduceSample]:
-    """nccl-tests ``all_reduce_perf`` output: per row size, count, type, redop, [root,] then time,
-    algbw, busbw, #wrong out of place and the same in place (13 columns; 12 before nccl-tests added
-    the root column). Lines may carry mpirun's ``--tag-output`` or srun's ``-l`` prefix."""
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 2:
-        raise ScenarioError(f"an all-reduce needs 2 or more ranks, got {world_size}", file=path, field="--nccl-tests WORLD_SIZE")
-    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1 or world_size % nodes:
-        raise ScenarioError(f"{world_size} ranks do not split into {nodes} nodes", file=path, field="--nccl-tests NODES")
-    samples: list[AllReduceSample] = []
-    row_kind: tuple[str, str] = ("", "")
-    text = "\n".join(_LAUNCHER_PREFIX.sub("", line, count=1) for line in _open_text(path).splitlines())
-    for number, line in enumerate(text.splitlines(), start=1):
-        fields = line.split()
-        if not fields or line.lstrip().startswith("#") or not fields[0].isdigit():
-            continue
-        # the op column is followed by the root column in the 13-column layout, by the time in the 12
-        with_root = len(fields) >= 13 and fields[3].lower() in _REDUCE_OPS and fields[4].lstrip("-").isdigit()
-        if len(fields) < 12 or (len(fields) < 13 and not (len(fields) == 12 and fields[3].lower() in _REDUCE_OPS)):
-            raise ScenarioError(f"line {number}: expected the 12 or 13 columns of all_reduce_perf, got {len(fields)}",
-                                file=path)
-        first = 5 if with_root else 4
-        # one sweep per file: the per-element cost differs between float and half (and between reductions),
-        # so rows of two kinds fitted together would make one curve of two different measurements
-        kind = (fields[2].lower(), fields[3].lower())
-        if samples and kind != row_kind:
-            raise ScenarioError(f"line {number}: {kind[0]}/{kind[1]} rows after {row_kind[0]}/{row_kind[1]} rows: "
-                                "one data type and reduction per file (split the file)", file=path, field="type")
-        row_kind = kind
-        try:
-            size = int(fields[0])
-            time_us = float(fields[first + 4] if in_place else fields[first])
-        except ValueError:
-            raise ScenarioError(f"line {number}: size or time is not a number", file=path) from None
-        if size <= 0 or not math.isfinite(time_us) or time_us <= 0:
-            raise ScenarioError(f"line {number}: size and time must be positive, got {size} bytes, {time_us} us", file=path)
-        # a row whose results nccl-tests found wrong timed a broken reduction; N/A: not checked (-c 0)
-        wrong = fields[first + 7] if in_place else fields[first + 3]
-        if wrong.isdigit() and int(wrong) > 0:
-            raise ScenarioError(f"line {number}: nccl-tests found {wrong} wrong results at {size} bytes", file=path,
-                                field="#wrong")
-        if any(s.bytes == size for s in samples):
-            raise ScenarioError(f"line {number}: {size} bytes measured twice: one sweep per file (split the file)",
-                                file=path, field="size")
-        samples.append(AllReduceSample(link_class, world_size, nodes, size, time_us * 1e-6, path))
-    if not samples:
-        raise ScenarioError("no all_reduce_perf rows found", file=path)
-    _check_header(path, text, world_size, nodes)
-    return samples
-
-
-_HARNESS_HEADER = "# ddpsim harness:"
-_RANK_LINE = re.compile(r"^#\s*Rank\s+\d+\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device")
-
-
-def _check_header(path: str, text: str, world_size: int, nodes: int) -> None:
-    """nccl-tests lists every rank and its host in the header: a file that says otherwise than the
-    ranks and nodes given would be fitted as a shape it never measured."""
-    hosts = [m.group(1) for line in text.splitlines() if (m := _RANK_LINE.match(line.strip()))]
-    if not hosts:
-        return  # a header without the rank lines (trimmed output) says nothing to check
-    if len(hosts) != world_size:
-        raise ScenarioError(f"the header lists {len(hosts)} ranks, but {world_size} were given", file=path,
-                            field="--nccl-tests WORLD_SIZE")
-    distinct = len(set(hosts))
-    # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
-    # run by hand name each rank's real host, so there the hosts must be the nodes given
-    emulated = distinct == 1 and _HARNESS_HEADER in text
-    if distinct != nodes and not emulated:
-        raise ScenarioError(f"the header lists {distinct} hosts, but {nodes} nodes were given", file=path,
-                            field="--nccl-tests NODES")
 
 
 # Every field a run record may carry is either mapped onto the simulated scenario

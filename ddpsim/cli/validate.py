@@ -28,17 +28,31 @@ def _parse_caps(text: str) -> list[float] | None:
     return caps
 
 
+_NCCL_TESTS_OPTIONS = ("type", "redop", "op")
+
+
 def _nccl_tests_arg(spec: str):
-    from ddpsim.calibration.measurements import read_nccl_tests
+    """``FILE:LINK_CLASS:WORLD[:NODES][:type=T][:redop=R][:op=COLLECTIVE][:in-place]``: one sweep of nccl-tests output."""
+    from ddpsim.calibration.nccl_tests import read_nccl_tests_sweep
 
     parts = spec.split(":")
-    if len(parts) not in (3, 4):
-        raise ScenarioError("expected FILE:LINK_CLASS:WORLD_SIZE[:NODES]", field="--nccl-tests", file=spec)
+    positional = [p for p in parts if "=" not in p and p != "in-place"]
+    if len(positional) not in (3, 4) or parts[:len(positional)] != positional:
+        raise ScenarioError("expected FILE:LINK_CLASS:WORLD_SIZE[:NODES][:type=T][:redop=R][:op=C][:in-place]",
+                            field="--nccl-tests", file=spec)
+    options: dict[str, str] = {}
+    for part in parts[len(positional):]:
+        key, _, value = part.partition("=")
+        if part != "in-place" and (key not in _NCCL_TESTS_OPTIONS or not value or key in options):
+            raise ScenarioError(f"unknown or repeated option {part!r} (known: type=, redop=, op=, in-place)",
+                                field="--nccl-tests", file=spec)
+        options[key] = value
     try:
-        world, nodes = int(parts[2]), int(parts[3]) if len(parts) == 4 else 1
+        world, nodes = int(positional[2]), int(positional[3]) if len(positional) == 4 else 1
     except ValueError:
         raise ScenarioError("world size and nodes must be integers", field="--nccl-tests", file=spec) from None
-    return read_nccl_tests(parts[0], parts[1], world, nodes)
+    return read_nccl_tests_sweep(positional[0], positional[1], world, nodes, in_place="in-place" in options,
+                                 data_type=options.get("type"), redop=options.get("redop"), collective=options.get("op"))
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
@@ -53,6 +67,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     )
     from ddpsim.calibration.fit import fit_noise, write_calibration
     from ddpsim.calibration.measurements import Profiles
+    from ddpsim.calibration.sharded_fit import fit_sharded_collectives
 
     if args.recentre:
         return _recentre(args)
@@ -68,10 +83,19 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         require_runs(measured, [args.data_dir])
         caps = calibration_caps_for(caps, measured.runs, args.data_dir, given, lambda line: print(line, file=sys.stderr))
     samples = list(measured.samples) if measured else []
+    sharded_sweeps = []  # reduce-scatter and all-gather: their own curves, beside the links the all-reduces fit
     for spec in args.nccl_tests:
-        samples.extend(_nccl_tests_arg(spec))
+        sweep = _nccl_tests_arg(spec)
+        if sweep.collective == "all_reduce":
+            samples.extend(sweep.allreduce_samples())
+        else:
+            sharded_sweeps.append(sweep)
+    # fitted before the links and overheads, so that a bad sweep stops the command before the long fits
+    sharded = fit_sharded_collectives(sharded_sweeps) if sharded_sweeps else {}
     if not samples:
-        raise ScenarioError("no all-reduce measurements found (harness allreduce.jsonl or --nccl-tests)", file=args.data_dir)
+        raise ScenarioError("no all-reduce measurements found (harness allreduce.jsonl or all_reduce_perf output "
+                            "given with --nccl-tests; reduce-scatter and all-gather sweeps are fitted beside them)",
+                            file=args.data_dir)
     if not args.data_dir and not args.links_only:
         raise ScenarioError("--nccl-tests measures the links only: add --links-only, or give DATA_DIR with DDP runs "
                             "to fit the overheads on", field="--links-only")
@@ -115,8 +139,21 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         "data_dir": os.path.relpath(args.data_dir, os.path.dirname(os.path.abspath(args.out))) if args.data_dir else None,
         "nccl_tests": list(args.nccl_tests),
     }
+    if sharded:
+        meta["collectives"] = sharded
     write_calibration(args.out, data["link_classes"], data["overheads"], meta)
     _print_calibration(data["link_classes"], data["overheads"])
+    for link_class, by_collective in sorted(meta.get("collectives", {}).items()):
+        for collective, by_shape in sorted(by_collective.items()):
+            for shape, entry in sorted(by_shape.items()):
+                # beside the all-reduce's bus bandwidth on the same GPUs: a ring runs both at the link's speed
+                nodes, per_node = (int(x) for x in shape.split("x"))
+                links = data["link_classes"].get(link_class) if nodes == 1 else None
+                links = (links.get("by_world_size") or {}).get(str(per_node), links) if links else None
+                print(f"{link_class} {collective} {shape}: bus bandwidth {entry['bandwidth_Bps'] / 1e9:.1f} GB/s"
+                      + (f" (all-reduce {links['bandwidth_Bps'] / 1e9:.1f})" if links else "")
+                      + f", floor {entry['call_floor_s'] * 1e6:.1f} us, fit error {entry['fit_mean_error_pct']:.1f}% mean "
+                      f"({entry['data_type']}, {', '.join(entry['sources'])})")
     how = {"allreduce_stretch": "last bucket of {} per-bucket traces",
            "compute_slowdown": "{} micro-benchmarks, GEMM and convolution beside all-reduces"}
     for link_class, entry in sorted(data["measured_overheads"].items()):
@@ -292,8 +329,10 @@ def register(sub: Any) -> None:
     cal.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
                      help="bucket caps (MB) whose DDP runs may be used for fitting, or 'all'; the rest stay held out "
                           "(default 5,50: those of them measured)")
-    cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES]",
-                     help="nccl-tests all_reduce_perf output to fit as well (repeatable)")
+    cal.add_argument("--nccl-tests", action="append", default=[], metavar="FILE:LINK_CLASS:WORLD[:NODES][:OPTION]",
+                     help="nccl-tests all_reduce_perf, reduce_scatter_perf or all_gather_perf output, text or -J JSON, "
+                          "to fit as well (repeatable); options: type=T and redop=R choose one sweep of a -d all / -o all "
+                          "file, op=C names the binary of a file that does not, in-place reads the in-place columns")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
     cal.add_argument("--recentre", metavar="FILE",
                      help="re-centre FILE (a pooled calibration, e.g. validation/calibration-h100-pooled.json) on "
