@@ -31,6 +31,9 @@ COMPUTE_STREAM = 7  # the stream id Kineto shows for PyTorch's default stream
 # FSDP runs all-gathers and reduce-scatters on streams of their own, so they overlap each other
 NCCL_STREAMS = {"all-reduce": 20, "all-gather": 21, "reduce-scatter": 22}
 HOST_PID_OFFSET = 1_000_000  # host pids after every GPU pid (a GPU's pid is its rank), unique in one file
+# HTA stores ids in the smallest integer type that holds them, then writes event indices into a column
+# derived from them: ids that fit in int8 fail its load of a trace of more than 127 events (one GPU)
+FIRST_ID = 1 << 16
 TRACE_FILE = "rank{rank}.trace.json"
 _TRACE_FILE_RE = re.compile(r"rank\d+\.trace\.json")
 
@@ -313,8 +316,7 @@ def _header(result: Result, rank: int | None) -> dict[str, Any]:
 def kineto_traces(result: Result) -> dict[int, dict[str, Any]]:
     """One Kineto-shaped trace per rank the Result has a timeline of."""
     ready = bucket_ready_s(result)
-    counter = [0]
-    writer = _Writer(result, ready, counter)
+    writer = _Writer(result, ready, [FIRST_ID])
     traces = {}
     for rank in sorted(result.rank_timelines):
         traces[rank] = {
@@ -331,7 +333,7 @@ def kineto_traces(result: Result) -> dict[int, dict[str, Any]]:
 def perfetto_trace(result: Result) -> dict[str, Any]:
     """Every rank in one trace (a host and a GPU process each), with the per-rank traces' events."""
     ready = bucket_ready_s(result)
-    writer = _Writer(result, ready, [0])
+    writer = _Writer(result, ready, [FIRST_ID])
     events = [e for rank in sorted(result.rank_timelines) for e in writer.rank_events(rank)]
     return {
         **_header(result, None),
