@@ -30,10 +30,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.simulation import simulate
 
     result = simulate(load_scenario(args.scenario, args.overrides))
+    traces: list[str] = []
     if args.trace:
         from ddpsim.report.trace import write_trace
 
-        write_trace(result, args.trace)
+        traces = write_trace(result, args.trace)
     if args.out:
         _write_run_dir(result, args.out)
     if args.json:
@@ -46,6 +47,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     if args.out:
         print(f"\nwrote {os.path.join(args.out, 'result.json')}, timeline.png, summary.md")
+    if traces and os.path.isdir(args.trace):
+        print(f"wrote {len(traces)} rank trace(s) into {args.trace} (HTA's trace_dir)")
     return 0
 
 

@@ -298,18 +298,20 @@ def _summary(result: Result) -> dict[str, Any]:
 
 
 def _header(result: Result, rank: int | None) -> dict[str, Any]:
-    distributed: dict[str, Any] = {"backend": "nccl", "world_size": result.world_size}
-    if rank is not None:
-        # first in the file: HTA finds a trace's rank with the first '"rank": N' it reads (hta/common/trace_file.py)
-        distributed = {"backend": "nccl", "rank": rank, "world_size": result.world_size}
+    # HTA finds a trace's rank with the first '"rank": N' in the file (hta/common/trace_file.py): nothing
+    # before distributedInfo has one; the one file of every rank has none
+    distributed: dict[str, Any] = {"backend": "nccl", **({"rank": rank} if rank is not None else {}),
+                                   "world_size": result.world_size, "pg_count": 1,
+                                   "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                                                  "pg_size": result.world_size, "ranks": list(range(result.world_size))}]}
     ranks = sorted(result.rank_timelines) if rank is None else [rank]
     return {
         "schemaVersion": 1,
-        "distributedInfo": distributed,
         "deviceProperties": [
             {"id": r % max(result.gpus_per_node, 1), "name": result.gpu, "totalGlobalMem": int(result.gpu_memory_bytes)}
             for r in ranks
         ],
+        "distributedInfo": distributed,
     }
 
 
