@@ -1,4 +1,4 @@
-"""The Result of a simulated step: breakdown, per-bucket and per-link records, JSON and Chrome trace."""
+"""The Result of a simulated step: breakdown, per-bucket and per-link records, JSON (its traces: ddpsim.report.trace)."""
 
 from __future__ import annotations
 
@@ -139,10 +139,3 @@ class Result:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-
-    def chrome_trace(self) -> dict[str, Any]:
-        """Chrome/Perfetto trace of every rank, in torch.profiler's (Kineto's) event shapes:
-        ddpsim.report.trace says what is in it."""
-        from ddpsim.report.trace import perfetto_trace
-
-        return perfetto_trace(self)

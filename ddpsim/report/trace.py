@@ -2,7 +2,7 @@
 Holistic Trace Analysis (HTA) read them as they read a profiled step.
 
 Each rank is a host process (the Python thread: ``ProfilerStep#N``, DDP's CPU work, one
-``cudaLaunchKernel`` per kernel) and a GPU process (a compute stream and an NCCL stream). A kernel and
+``cudaLaunchKernel`` per kernel) and a GPU process (a compute stream, an NCCL stream per collective). A kernel and
 its launch share a ``correlation`` id, as in Kineto, so HTA links them and numbers the kernel's
 iteration. A bucket's all-reduce kernel has its launch drawn at the moment its last gradient was copied
 in (the bucket's ready), with a flow (``ph: s`` / ``f``, ``cat: ac2g``, the correlation as its id)
