@@ -1,4 +1,4 @@
-"""The Result of a simulated step: breakdown, per-bucket and per-link records, JSON and Chrome trace."""
+"""The Result of a simulated step: breakdown, per-bucket and per-link records, JSON (its traces: ddpsim.report.trace)."""
 
 from __future__ import annotations
 
@@ -139,17 +139,3 @@ class Result:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-
-    def chrome_trace(self) -> dict[str, Any]:
-        """Chrome/Perfetto trace: one process per rank, a compute and a comm thread each."""
-        events: list[dict[str, Any]] = []
-        for rank, intervals in sorted(self.rank_timelines.items()):
-            events.append({"ph": "M", "name": "process_name", "pid": rank, "args": {"name": f"rank {rank}"}})
-            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 0, "args": {"name": "compute"}})
-            events.append({"ph": "M", "name": "thread_name", "pid": rank, "tid": 1, "args": {"name": "nccl"}})
-            for start, end, label in intervals:
-                tid = 1 if label.startswith(("all-reduce", "all-gather", "reduce-scatter")) else 0
-                events.append(
-                    {"ph": "X", "name": label, "pid": rank, "tid": tid, "ts": start * 1e6, "dur": (end - start) * 1e6}
-                )
-        return {"traceEvents": events, "displayTimeUnit": "ms"}

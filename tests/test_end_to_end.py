@@ -83,8 +83,9 @@ def test_out_and_trace(tmp_path, capsys):
     assert main(args + ["--set", "cluster.nodes=1"]) == 0
     assert sorted(os.listdir(out)) == ["result.json", "summary.md", "timeline.png"]
     events = json.loads(trace.read_text())["traceEvents"]
-    assert {e["pid"] for e in events} == set(range(8))  # every rank of the node
-    assert any(e["name"].startswith("all-reduce") for e in events)
+    processes = {e["args"]["name"] for e in events if e["name"] == "process_name"}
+    assert processes == {f"rank {r} {side}" for r in range(8) for side in ("host", "GPU")}  # every rank of the node
+    assert any(e["name"].startswith("ncclDevKernel_AllReduce") for e in events)
 
 
 def _scenario(bandwidth="100GB/s", nodes=2, gpus_per_node=2, model="mlp", cap=5, nic="100Gbps", mode="detailed",

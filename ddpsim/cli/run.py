@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
@@ -18,7 +17,9 @@ def register(sub: Any) -> None:
     ))
     add_scenario_args(run)
     run.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
-    run.add_argument("--trace", metavar="FILE", help="write a Chrome/Perfetto trace of every rank")
+    run.add_argument("--trace", metavar="PATH", help=(
+        "write a trace in torch.profiler's shape: FILE, every rank in one (Perfetto); DIR/ or an existing "
+        "folder, one file per rank (Holistic Trace Analysis' trace_dir)"))
     run.add_argument("--out", metavar="DIR", help="write result.json, timeline.png and summary.md")
     run.set_defaults(handler=_cmd_run)
 
@@ -29,10 +30,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.simulation import simulate
 
     result = simulate(load_scenario(args.scenario, args.overrides))
+    traces: list[str] = []
     if args.trace:
-        from ddpsim.outdir import atomic_write_text
+        from ddpsim.report.trace import write_trace
 
-        atomic_write_text(args.trace, json.dumps(result.chrome_trace()))
+        traces = write_trace(result, args.trace)
     if args.out:
         _write_run_dir(result, args.out)
     if args.json:
@@ -45,6 +47,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         print(f"warning: {warning}")
     if args.out:
         print(f"\nwrote {os.path.join(args.out, 'result.json')}, timeline.png, summary.md")
+    if traces and os.path.isdir(args.trace):
+        print(f"wrote {len(traces)} rank trace(s) into {args.trace} (HTA's trace_dir)")
     return 0
 
 
