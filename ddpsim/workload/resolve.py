@@ -14,13 +14,19 @@ from ddpsim.workload.zoo import ZOO_NAMES, zoo_workload
 
 TORCH_PREFIX = "torch:"
 PROFILE_PREFIX = "profile:"
+HF_PREFIX = "hf:"
 
 
 def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
-    """A zoo name, ``torch:package.module:factory`` or ``profile:path.json`` (relative to ``base_dir``,
+    """A zoo name, ``torch:package.module:factory``, ``hf:CONFIG`` (a Hugging Face config or model
+    class, config.json or cached hub name) or ``profile:path.json`` (paths relative to ``base_dir``,
     the scenario's folder). A profile must match the scenario's batch size and precision, since its
     measured times hold only for those."""
     model = spec.model.strip()
+    if model.startswith(HF_PREFIX):
+        from ddpsim.workload.torch_import import import_hf_model
+
+        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir)
     if model.startswith(PROFILE_PREFIX):
         return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
     if model.startswith(TORCH_PREFIX):
