@@ -4,6 +4,9 @@ against transformers' own models built on the CPU; a mixture of experts; errors 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import textwrap
 
 import pytest
@@ -158,3 +161,42 @@ def test_a_failing_forward_names_the_input_it_was_given_and_the_module(tmp_path,
     text = str(err.value)
     assert "a guessed input ((3, 16) float32)" in text and "in second (Linear)" in text
     assert "example_input(batch_size, seq_len)" in text  # the way out when the guess was wrong
+
+
+def test_a_sweep_takes_an_hf_model_and_re_simulates_when_its_config_changes(tmp_path, capsys):
+    config = _config_file(tmp_path, "gpt2", SMALL["gpt2"])
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("workload: {model: 'hf:gpt2.json', batch_size: 4, precision: bf16-amp, seq_len: 32}\n"
+                        "cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 2}\n")
+    args = ["sweep", str(scenario), "--grid", "ddp.bucket_cap_mb=5,25", "--out", str(tmp_path / "sw"), "--workers", "1"]
+
+    def sweep() -> str:
+        assert main(args) == 0
+        done = capsys.readouterr()
+        return done.out + done.err
+
+    assert "2 simulated, 0 reused" in sweep()
+    assert "0 simulated, 2 reused" in sweep()
+    with open(config, "w") as handle:
+        json.dump({"model_type": "gpt2", **SMALL["gpt2"], "n_layer": 3}, handle)
+    assert "2 simulated, 0 reused" in sweep()
+
+
+def test_a_hub_name_is_read_from_the_local_cache_offline(tmp_path):
+    # the layout huggingface_hub keeps: models--ORG--NAME/refs/main names a snapshot holding config.json
+    repo = tmp_path / "hub" / "models--some-org--tiny-gpt2"
+    revision = "0123456789abcdef0123456789abcdef01234567"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(revision)
+    (repo / "snapshots" / revision).mkdir(parents=True)
+    (repo / "snapshots" / revision / "config.json").write_text(json.dumps({"model_type": "gpt2", **SMALL["gpt2"]}))
+    code = ("from ddpsim.workload.torch_import import import_hf_model\n"
+            "w = import_hf_model('some-org/tiny-gpt2', 2, 'fp32', 8, '.')\n"
+            "print(sum(p.numel for p in w.params))\n")
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root, "HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    expected = sum(_ddp_params(_cpu_model(transformers.AutoModelForCausalLM, "gpt2", SMALL["gpt2"])).values())
+    assert int(done.stdout.split()[-1]) == expected
