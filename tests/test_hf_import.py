@@ -105,6 +105,9 @@ def test_a_scenario_names_a_config_beside_it(tmp_path, capsys):
     w = load_workload(WorkloadSpec(model="hf:gpt2.json", batch_size=4, precision="bf16-amp", seq_len=None),
                       str(tmp_path))
     assert w.seq_len == SMALL["gpt2"]["n_positions"]  # no seq_len: the model's positions (under 512)
+    with pytest.raises(ScenarioError, match="seq 41 is not within 1..40") as err:
+        load_workload(WorkloadSpec(model="hf:gpt2.json", batch_size=4, seq_len=41), str(tmp_path))
+    assert err.value.field == "workload.seq_len"
 
 
 @pytest.mark.parametrize("what, message", [

@@ -9,7 +9,7 @@ the loss the model's own LM loss. Defaults: batch 8, bf16 autocast, AdamW (``@ba
 ``@optimizer`` change them).
 
 The simulator's ``hf:`` workloads (ddpsim/workload/torch_import.py) build the same model from the same
-names through ``load_model_source``, ``build_model`` and ``default_seq``: this module imports torch and
+names through ``load_model_source``, ``build_model`` and ``checked_seq``: this module imports torch and
 the standard library only, so it is the one both can import.
 """
 from __future__ import annotations
@@ -77,9 +77,14 @@ def build_model(config, model_class=None):
     return transformers.AutoModel.from_config(config), False
 
 
-def default_seq(config) -> int:
-    """Tokens per sample when none is given: the shorter of DEFAULT_SEQ and the model's positions."""
-    return min(DEFAULT_SEQ, _positions(config) or DEFAULT_SEQ)
+def checked_seq(config, seq: int | None, name: str) -> int:
+    """Tokens per sample: ``seq``, or when None the shorter of DEFAULT_SEQ and the model's positions;
+    more than the model has positions for is refused (on the meta device nothing would notice)."""
+    positions = _positions(config)
+    seq = min(DEFAULT_SEQ, positions or DEFAULT_SEQ) if seq is None else seq
+    if seq < 1 or (positions is not None and seq > positions):
+        raise ModelArgError(f"model {name!r}: seq {seq} is not within 1..{positions}")
+    return seq
 
 
 def _positions(config) -> int | None:
@@ -118,10 +123,7 @@ def hf_spec(name: str, what: str, opts: dict[str, str]) -> ModelSpec:
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         raise ModelArgError(f"model {name!r}: the config has no vocab_size (token models only)")
-    positions = _positions(config)
-    seq = int(opts["seq"]) if opts.get("seq", "").isdigit() else default_seq(config)
-    if seq < 1 or (positions is not None and seq > positions):
-        raise ModelArgError(f"model {name!r}: seq {seq} is not within 1..{positions}")
+    seq = checked_seq(config, int(opts["seq"]) if opts.get("seq", "").isdigit() else None, name)
     holder = _HFModel(config, vocab, seq, model_class)
     return ModelSpec(name, holder.build, 8, "bf16-amp", seq, "adamw", "hf", vocab=vocab, requires="transformers",
                      batch_fn=holder.make_batch, loss_fn=holder.loss, source=f"hf:{what}")

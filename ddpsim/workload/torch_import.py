@@ -461,7 +461,7 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
     random token ids of ``seq_len`` (default: the shorter of 512 and the model's positions)."""
     torch = _require_torch()
     _check_precision(precision)
-    from ddpsim.measure.hf import build_model, default_seq, load_model_source
+    from ddpsim.measure.hf import build_model, checked_seq, load_model_source
     from ddpsim.measure.models import ModelArgError
 
     name = f"hf:{what}"
@@ -480,8 +480,11 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
             model, has_head = build_model(config, model_class)
     except Exception as err:
         raise ScenarioError(f"{name}: building the model from its config on the meta device failed: "
-                            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}", field=FIELD) from None
-    seq = seq_len if seq_len is not None else default_seq(config)
+                            f"{type(err).__name__}: {_first_line(err)}", field=FIELD) from None
+    try:
+        seq = checked_seq(config, seq_len, name)
+    except ModelArgError as err:
+        raise ScenarioError(str(err).removeprefix("model "), field="workload.seq_len") from None
     ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
     kwargs = {"input_ids": ids, "labels": ids} if has_head else {"input_ids": ids}
     source = f"token ids ({batch_size}, {seq}){' as labels too' if has_head else ''}"
