@@ -9,12 +9,19 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+# Strict editable mode: a tree of links under build/ that mypy follows (the default mode installs an
+# import hook mypy cannot see, so a user's mypy saw every ddpsim name as Any). The tree holds the files
+# there were at install time: adding or removing a module or scenario changes its folder's time, and
+# that reinstalls.
+EDITABLE := --config-settings editable_mode=strict
+PACKAGE_DIRS := $(shell find ddpsim scenarios -type d -not -name __pycache__)
+
+$(VENV)/.installed: pyproject.toml setup.py $(PACKAGE_DIRS) | $(BIN)/python
+	$(BIN)/pip install -q -e . $(EDITABLE)
 	touch $@
 
-$(VENV)/.installed-test: pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e ".[test]"
+$(VENV)/.installed-test: pyproject.toml setup.py $(PACKAGE_DIRS) | $(BIN)/python
+	$(BIN)/pip install -q -e ".[test]" $(EDITABLE)
 	touch $@ $(VENV)/.installed
 
 demo: $(VENV)/.installed

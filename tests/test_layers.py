@@ -32,8 +32,10 @@ LADDER: tuple[tuple[str, ...], ...] = (
     ("ddpsim.cli", "ddpsim.__main__", "ddpsim"),
 )
 # Rooms off the ladder: such a room imports nothing from ddpsim outside itself, and only the listed
-# rooms may import it. The GPU harness runs on hosts where ddpsim's own dependencies are absent.
-STANDALONE: dict[str, tuple[str, ...]] = {"ddpsim.measure": ("ddpsim.cli",)}
+# rooms may import it. The GPU harness runs on hosts where ddpsim's own dependencies are absent. The
+# torch importer builds ``hf:`` models with the harness's code for them (measure/hf.py), so that both
+# read a name alike.
+STANDALONE: dict[str, tuple[str, ...]] = {"ddpsim.measure": ("ddpsim.cli", "ddpsim.workload.torch_import")}
 
 
 def _under(module: str, prefix: str) -> bool:

@@ -17,8 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+
+from ddpsim.errors import ScenarioError
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
 # size ranges where NCCL usually runs each protocol: only the starting point of the fit
@@ -49,8 +52,21 @@ def envelope_s(
     return max(floor_s, fits[best].time_s(n_bytes, world_size)), best
 
 
+CALIBRATE_EXTRA = "pip install 'ddpsim[calibrate]'"
+
+
+def scipy_optimize() -> Any:
+    """scipy.optimize, which only fitting needs: it is an extra (139 MB of an install that runs,
+    sweeps and tunes without it), so its absence is one line naming the extra, not a traceback."""
+    try:
+        from scipy import optimize
+    except ImportError:
+        raise ScenarioError(f"fitting measurements needs scipy, which is not installed: {CALIBRATE_EXTRA}") from None
+    return optimize
+
+
 def _nelder_mead(f: Callable[[np.ndarray], float], x0: np.ndarray, step: float, iterations: int) -> np.ndarray:
-    from scipy.optimize import minimize
+    minimize = scipy_optimize().minimize
 
     simplex = np.vstack([x0] + [x0 + step * np.eye(len(x0))[i] for i in range(len(x0))])
     options = {"maxiter": iterations, "initial_simplex": simplex, "xatol": 1e-8, "fatol": 1e-12}
@@ -159,7 +175,7 @@ def fit_nonnegative(columns: Sequence[np.ndarray], fixed_s: np.ndarray, times_s:
     error (each row divided by its measured time, so 4 KiB and 1 GiB weigh the same, as the
     envelope fit's log error does). Linear in x, so scipy's NNLS solves it exactly: no start, no
     restarts. Used where NCCL's log names each row's protocol, so each curve is fitted alone."""
-    from scipy.optimize import nnls
+    nnls = scipy_optimize().nnls
 
     times = np.asarray(times_s, dtype=float)
     matrix = np.column_stack([np.asarray(c, dtype=float) / times for c in columns])

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ddpsim.calibration.curvefit import scipy_optimize
 from ddpsim.calibration.file import NO_EFFECT, Calibration
 from ddpsim.calibration.measured_scenarios import run_nodes, run_scenario
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of
@@ -106,7 +107,7 @@ def fit_overheads(
     their no-effect value. The entry reports each term's standard error from the Jacobian at the
     optimum, and a warning for every term that ends on a bound of its physical range.
     """
-    from scipy.optimize import least_squares
+    least_squares = scipy_optimize().least_squares
 
 
     with_profile = [(r, profiles.for_run(r)) for r in runs]

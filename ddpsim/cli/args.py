@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+from pathlib import Path
 from typing import Any
+
+SCENARIO_SUFFIX = ".yaml"
 
 
 def add_command(sub: Any, name: str, summary: str, examples: tuple[str, str]) -> argparse.ArgumentParser:
@@ -18,11 +22,35 @@ def add_command(sub: Any, name: str, summary: str, examples: tuple[str, str]) ->
 
 
 def add_scenario_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("scenario", help="scenario YAML file")
+    parser.add_argument("scenario", type=scenario_path,
+                        help="scenario YAML file, or the name of a bundled example (quickstart, ...)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
         help="override a scenario field, e.g. --set ddp.bucket_cap_mb=5 (repeatable)",
     )
+
+
+def bundled_scenarios() -> Path | None:
+    """The example scenarios' folder: ``ddpsim/scenarios`` in an installed wheel (pyproject maps the
+    repository's ``scenarios/`` there), ``scenarios/`` beside the package in a source checkout."""
+    package = Path(__file__).resolve().parent.parent
+    return next((folder for folder in (package / "scenarios", package.parent / "scenarios") if folder.is_dir()), None)
+
+
+def scenario_path(text: str) -> str:
+    """An argparse type: a path as given, or a bare name (``quickstart``) of a bundled example when no
+    such file exists here. A file of that name in the current folder wins over the example."""
+    if os.path.exists(text) or os.sep in text or "/" in text:
+        return text
+    folder = bundled_scenarios()
+    stem = text.removesuffix(SCENARIO_SUFFIX)
+    if folder is not None and (folder / (stem + SCENARIO_SUFFIX)).is_file():
+        return str(folder / (stem + SCENARIO_SUFFIX))
+    if text.endswith((".yaml", ".yml")):
+        return text  # a missing file: the loader names it
+    names = sorted(p.name.removesuffix(SCENARIO_SUFFIX) for p in folder.glob("*" + SCENARIO_SUFFIX)) if folder else []
+    raise argparse.ArgumentTypeError(f"no file {text!r} and no bundled scenario of that name "
+                                     f"(bundled: {', '.join(names) or 'none'})")
 
 
 def finite_float(text: str) -> float:

@@ -1,14 +1,20 @@
 """Hugging Face models built from their config (random weights, nothing downloaded but the config).
 
-``hf:GPT2Config`` (a config class of transformers, its defaults), ``hf:path/to/config.json`` (a config
-file with its ``model_type``) or ``hf:org/name`` (the hub's config, or the local cache's). The model is
-the config's causal-LM head where transformers has one, else its masked-LM head, else the bare model;
+``hf:GPT2Config`` (a config class of transformers, its defaults), ``hf:GPT2LMHeadModel`` (a model class:
+that class, on its config class's defaults), ``hf:path/to/config.json`` (a config file with its
+``model_type``) or ``hf:org/name`` (the hub's config, or the local cache's). The model is the named class,
+else the config's causal-LM head where transformers has one, else its masked-LM head, else the bare model;
 the batch is random token ids of ``@seq`` tokens (default: the shorter of 512 and the model's positions),
 the loss the model's own LM loss. Defaults: batch 8, bf16 autocast, AdamW (``@batch``, ``@precision``,
 ``@optimizer`` change them).
+
+The simulator's ``hf:`` workloads (ddpsim/workload/torch_import.py) build the same model from the same
+names through ``load_model_source``, ``build_model`` and ``checked_seq``: this module imports torch and
+the standard library only, so it is the one both can import.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import os
 from dataclasses import dataclass
@@ -20,37 +26,65 @@ from .models import ModelArgError, ModelSpec
 DEFAULT_SEQ = 512
 
 
-def load_config(what: str):
-    """The transformers config that ``what`` names (class name, JSON file or hub name)."""
+def load_model_source(what: str, local_files_only: bool = False):
+    """(config, model class or None) that ``what`` names: a config class, a model class (with its
+    config class's defaults), a config.json, or a hub name (``local_files_only``: the local cache's
+    copy only, never the network)."""
     try:
         import transformers
     except ImportError as e:
         raise ModelArgError(f"model hf:{what}: transformers is not importable ({e}); pip install transformers") from e
-    if what.endswith("Config") and hasattr(transformers, what):
-        return getattr(transformers, what)()
+    named = getattr(transformers, what, None) if what.isidentifier() else None
+    if isinstance(named, type) and what.endswith("Config"):
+        return named(), None
+    config_class = getattr(named, "config_class", None)
+    if isinstance(named, type) and isinstance(config_class, type):
+        return config_class(), named
     if os.path.isfile(what):
-        with open(what) as f:
-            fields = json.load(f)
+        try:
+            with open(what) as f:
+                fields = json.load(f)
+        except ValueError as e:
+            raise ModelArgError(f"model hf:{what}: not a JSON config ({e})") from e
         if not isinstance(fields, dict) or "model_type" not in fields:
             raise ModelArgError(f"model hf:{what}: the config file has no 'model_type'")
         model_type = fields.pop("model_type")
-        return transformers.AutoConfig.for_model(model_type, **fields)
+        try:
+            return transformers.AutoConfig.for_model(model_type, **fields), None
+        except ValueError as e:  # a model_type this transformers does not know
+            raise ModelArgError(f"model hf:{what}: {str(e).splitlines()[0][:200]}") from e
     try:
-        return transformers.AutoConfig.from_pretrained(what)
+        return transformers.AutoConfig.from_pretrained(what, local_files_only=local_files_only), None
     except Exception as e:  # noqa: BLE001 - offline, unknown name, bad file: one message
-        raise ModelArgError(f"model hf:{what}: no config found ({type(e).__name__}: {str(e)[:200]}); give a "
-                            "config class (hf:GPT2Config) or a config.json path on a host without the hub") from e
+        where = " in the local Hugging Face cache (the simulator never downloads)" if local_files_only else ""
+        raise ModelArgError(f"model hf:{what}: no config found{where} ({type(e).__name__}: "
+                            f"{str(e).splitlines()[0][:200] if str(e) else ''}); give a config class "
+                            "(hf:GPT2Config), a model class (hf:GPT2LMHeadModel) or a config.json path") from e
 
 
-def _auto_model(config):
+def build_model(config, model_class=None):
+    """(model, whether it has an LM head that takes labels): ``model_class`` if given, else the
+    config's causal-LM head, else its masked-LM head, else the bare model."""
     import transformers
 
+    if model_class is not None:
+        return model_class(config), "labels" in inspect.signature(model_class.forward).parameters
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         try:
             return auto.from_config(config), True
         except ValueError:  # this architecture has no such head
             continue
     return transformers.AutoModel.from_config(config), False
+
+
+def checked_seq(config, seq: int | None, name: str) -> int:
+    """Tokens per sample: ``seq``, or when None the shorter of DEFAULT_SEQ and the model's positions;
+    more than the model has positions for is refused (on the meta device nothing would notice)."""
+    positions = _positions(config)
+    seq = min(DEFAULT_SEQ, positions or DEFAULT_SEQ) if seq is None else seq
+    if seq < 1 or (positions is not None and seq > positions):
+        raise ModelArgError(f"model {name!r}: seq {seq} is not within 1..{positions}")
+    return seq
 
 
 def _positions(config) -> int | None:
@@ -66,10 +100,11 @@ class _HFModel:
     config: object
     vocab: int
     seq_len: int = DEFAULT_SEQ
+    model_class: type | None = None
     has_head: bool = True  # learnt at build: a bare model takes no labels
 
     def build(self):
-        model, self.has_head = _auto_model(self.config)
+        model, self.has_head = build_model(self.config, self.model_class)
         return model
 
     def make_batch(self, batch_size, device, seed):
@@ -84,14 +119,11 @@ class _HFModel:
 
 
 def hf_spec(name: str, what: str, opts: dict[str, str]) -> ModelSpec:
-    config = load_config(what)
+    config, model_class = load_model_source(what)
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         raise ModelArgError(f"model {name!r}: the config has no vocab_size (token models only)")
-    positions = _positions(config)
-    seq = int(opts["seq"]) if opts.get("seq", "").isdigit() else min(DEFAULT_SEQ, positions or DEFAULT_SEQ)
-    if seq < 1 or (positions is not None and seq > positions):
-        raise ModelArgError(f"model {name!r}: seq {seq} is not within 1..{positions}")
-    holder = _HFModel(config, vocab, seq)
+    seq = checked_seq(config, int(opts["seq"]) if opts.get("seq", "").isdigit() else None, name)
+    holder = _HFModel(config, vocab, seq, model_class)
     return ModelSpec(name, holder.build, 8, "bf16-amp", seq, "adamw", "hf", vocab=vocab, requires="transformers",
                      batch_fn=holder.make_batch, loss_fn=holder.loss, source=f"hf:{what}")

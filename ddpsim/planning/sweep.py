@@ -195,6 +195,8 @@ def scenario_hash(scenario: Scenario) -> str:
         "calibration": scenario.calibration.digest if scenario.calibration is not None else None,
         "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
         "torch_source": _torch_source_digest(model, scenario.base_dir) if model.startswith("torch:") else None,
+        # only for hf: models, so that adding it kept every other point's key
+        **({"hf_config": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir)} if model.startswith("hf:") else {}),
     }
     if model.startswith("trace:"):  # its measured times are its content, as a profile's (a key only here: others' hashes stay)
         inputs["trace"] = _file_digest(model.split(":", 1)[1].strip().removesuffix("@cpu").strip(), scenario.base_dir)
@@ -458,12 +460,12 @@ def _check_names(scenario: Scenario) -> None:
     point per grid value: look both up once, cheaply, before anything runs (torch models and profiles
     are read by the points themselves)."""
     from ddpsim.hardware.catalog import get_gpu
-    from ddpsim.workload.resolve import PROFILE_PREFIX, TORCH_PREFIX, TRACE_PREFIX
+    from ddpsim.workload.resolve import HF_PREFIX, PROFILE_PREFIX, TORCH_PREFIX, TRACE_PREFIX
     from ddpsim.workload.zoo import resolve_zoo_name
 
     try:
         get_gpu(scenario.cluster.gpu)
-        if not scenario.workload.model.startswith((TORCH_PREFIX, PROFILE_PREFIX, TRACE_PREFIX)):
+        if not scenario.workload.model.startswith((TORCH_PREFIX, PROFILE_PREFIX, TRACE_PREFIX, HF_PREFIX)):
             resolve_zoo_name(scenario.workload.model)
     except ScenarioError as exc:
         raise ScenarioError(exc.detail, file=exc.file or scenario.source, field=exc.field) from None

@@ -78,8 +78,11 @@ def line_plot(
     title: str,
     logx: bool = False,
     mark_x: float | None = None,
-) -> None:
-    """A simple multi-series line plot (step time vs bucket cap, scaling efficiency vs GPUs, ...)."""
+) -> Any:
+    """A simple multi-series line plot (step time vs bucket cap, scaling efficiency vs GPUs, ...).
+
+    On a log x axis the ticks are the x values themselves, written as numbers: a reader wants "64
+    GPUs", not 10^2 and unlabelled minor ticks."""
     fig = _figure(7, 4.2)
     ax = fig.add_subplot()
     for label, ys in series.items():
@@ -87,13 +90,27 @@ def line_plot(
     if mark_x is not None:
         ax.axvline(mark_x, color="grey", linestyle="--", linewidth=1)
     if logx:
-        ax.set_xscale("log")
+        _plain_log_ticks(ax, x)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    _save(fig, path)
+    return _save(fig, path)
+
+
+_MAX_VALUE_TICKS = 12  # beyond this many points, tick labels at every value would overlap
+
+
+def _plain_log_ticks(ax: Any, x: Sequence[float]) -> None:
+    from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+    ax.set_xscale("log")
+    values = sorted({float(v) for v in x if v > 0})
+    if len(values) <= _MAX_VALUE_TICKS:
+        ax.xaxis.set_major_locator(FixedLocator(values))
+        ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
 
 
 def scatter_plot(path: str, measured: Sequence[float], predicted: Sequence[float], labels: Sequence[str], title: str) -> None:
@@ -119,8 +136,9 @@ def scatter_plot(path: str, measured: Sequence[float], predicted: Sequence[float
     _save(fig, path)
 
 
-def stacked_breakdown(path: str, labels: Sequence[str], parts: Mapping[str, Sequence[float]], title: str) -> None:
-    """Stacked bars of compute, exposed communication and optimizer per configuration."""
+def stacked_breakdown(path: str, labels: Sequence[str], parts: Mapping[str, Sequence[float]], title: str) -> Any:
+    """Stacked bars of compute, exposed communication and optimizer per configuration. The legend sits
+    right of the axes: inside them it covers the tallest bars, whichever corner it picks."""
     fig = _figure(max(6, 0.6 * len(labels)), 4.2)
     ax = fig.add_subplot()
     bottom = [0.0] * len(labels)
@@ -130,21 +148,34 @@ def stacked_breakdown(path: str, labels: Sequence[str], parts: Mapping[str, Sequ
     ax.set_ylabel("time per step (ms)")
     ax.set_title(title)
     ax.tick_params(axis="x", rotation=45, labelsize=7)
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return _save(fig, path)
 
 
-def histogram(path: str, values: Sequence[float], title: str) -> None:
+HISTOGRAM_PERCENTILES = (50, 95, 99)
+
+
+def histogram(path: str, values: Sequence[float], title: str) -> Any:
+    """Step times with a vertical line at each of p50, p95 and p99 (linear interpolation, as
+    ``Result.percentile_s`` and the variability table compute them)."""
+    import numpy as np
+
     fig = _figure(6, 4)
     ax = fig.add_subplot()
     values_ms = [v * 1e3 for v in values]
     spread = max(values_ms) - min(values_ms) if values_ms else 0.0
     # identical steps (no jitter) differ only by float noise: one bin, not 30 empty ones
     ax.hist(values_ms, bins=30 if spread > 1e-6 else 1)
+    if values_ms:
+        styles = ("-", "--", ":")
+        for q, style in zip(HISTOGRAM_PERCENTILES, styles, strict=True):
+            at = float(np.percentile(values_ms, q))
+            ax.axvline(at, color="black", linestyle=style, linewidth=1, label=f"p{q} {at:.3g} ms")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))  # clear of the bars
     ax.set_xlabel("step time (ms)")
     ax.set_ylabel("steps")
     ax.set_title(title)
-    _save(fig, path)
+    return _save(fig, path)
 
 
 def bucket_cap_png(

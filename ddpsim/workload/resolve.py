@@ -17,13 +17,19 @@ TORCH_PREFIX = "torch:"
 PROFILE_PREFIX = "profile:"
 TRACE_PREFIX = "trace:"
 CPU_TIMES = "@cpu"  # trace:PATH@cpu: a trace without GPU kernels, timed by its CPU ops (host time)
+HF_PREFIX = "hf:"
 
 
 def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
-    """A zoo name, ``torch:package.module:factory``, ``profile:path.json`` or ``trace:path.json`` (a
-    torch.profiler trace; paths relative to ``base_dir``, the scenario's folder). A profile or trace must
-    match the scenario's batch size and precision, since its measured times hold only for those."""
+    """A zoo name, ``torch:package.module:factory``, ``hf:CONFIG`` (a Hugging Face config or model class,
+    config.json or cached hub name), ``profile:path.json`` or ``trace:path.json`` (a torch.profiler trace;
+    paths relative to ``base_dir``, the scenario's folder). A profile or trace must match the scenario's
+    batch size and precision, since its measured times hold only for those."""
     model = spec.model.strip()
+    if model.startswith(HF_PREFIX):
+        from ddpsim.workload.torch_import import import_hf_model
+
+        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir)
     if model.startswith(PROFILE_PREFIX):
         return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
     if model.startswith(TRACE_PREFIX):

@@ -127,12 +127,15 @@ def _materialise_lazy(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dic
 
 
 def _example_input(torch: Any, model: Any, py_module: Any, batch_size: int,
-                   seq_len: int | None) -> tuple[tuple[Any, ...], dict[str, Any]] | None:
+                   seq_len: int | None) -> tuple[tuple[tuple[Any, ...], dict[str, Any]] | None, str]:
+    """(positional and keyword inputs, or None where none can be guessed; where they came from)."""
     provider = getattr(model, "example_input", None) or getattr(py_module, "example_input", None)
     if provider is None:
         with torch.device("meta"):
             guess = _guess_inputs(torch, model, batch_size, seq_len)
-        return (tuple(guess), {}) if guess else None
+        shapes = ", ".join(f"{tuple(t.shape)} {str(t.dtype).removeprefix('torch.')}" for t in guess)
+        return ((tuple(guess), {}) if guess else None), f"a guessed input ({shapes})"
+    source = f"the input example_input({batch_size}, {seq_len}) returned"
     try:
         with torch.device("meta"):
             value = provider(batch_size, seq_len)
@@ -140,10 +143,10 @@ def _example_input(torch: Any, model: Any, py_module: Any, batch_size: int,
         raise ScenarioError(f"example_input({batch_size}, {seq_len}) failed: {type(err).__name__}: {err}",
                             field=FIELD) from None
     if isinstance(value, dict):
-        return (), value
+        return ((), value), source
     if isinstance(value, tuple | list):
-        return tuple(value), {}
-    return (value,), {}
+        return (tuple(value), {}), source
+    return ((value,), {}), source
 
 
 def _output_tensors(torch: Any, out: Any) -> list[Any]:
@@ -242,15 +245,49 @@ def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[i
     return _OpCounter()
 
 
-def _make_function_mode(torch: Any, trace: _Trace, elt: int) -> Any:
+def _grouped_as_bmm(torch: Any, a: Any, b: Any) -> Any:
+    """A grouped matmul of rows ``a`` (S, K) by experts ``b`` (E, K, N) as one batched matmul with
+    the same shapes and FLOPs: each row meets a (K, N) matrix. Which expert a row meets is data the
+    meta device does not have, and neither shapes nor FLOPs depend on it."""
+    rows = a.shape[0]
+    return torch.bmm(a.unsqueeze(1), b.select(0, 0).expand(rows, *b.shape[1:])).squeeze(1)
+
+
+def _make_function_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[int, str]) -> Any:
     """Scaled-dot-product attention decomposes into a dozen ops on meta/CPU but runs as one fused
-    (flash) kernel on a GPU: count it as one kernel moving q, k, v and the output."""
+    (flash) kernel on a GPU: count it as one kernel moving q, k, v and the output.
+
+    A mixture of experts' grouped matmul (``grouped_mm``, transformers' MoE layers) is one kernel
+    too. torch's meta kernel for it takes bf16 only, so a model with fp32 weights (as DDP keeps them)
+    cannot run it on the meta device, and the FLOP counter has no formula for it: it runs here as
+    ``_grouped_as_bmm``, counted as one kernel reading the rows, the experts' weights and the output."""
     from torch.overrides import TorchFunctionMode
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
+    grouped = {f for f in (getattr(torch.nn.functional, "grouped_mm", None), getattr(torch, "_grouped_mm", None))
+               if f is not None}
+    amp = elt < 4
 
     class _FusedOps(TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
+            if func in grouped and len(args) >= 2 and args[0].dim() == 2 and args[1].dim() == 3:
+                a, b = args[0], args[1]
+                if trace.fused or not trace.stack:
+                    return _grouped_as_bmm(torch, a, b)
+                trace.fused += 1
+                try:
+                    out = _grouped_as_bmm(torch, a, b)
+                finally:
+                    trace.fused -= 1
+                owner = trace.stack[-1]
+                trace.ops += 1
+                trace.first_work.setdefault(owner, trace.ops)
+                weight_is_param = id(b) in param_owner
+                # an fp32 parameter read at 16 bits under autocast is cast first (one more kernel)
+                weight_bytes = b.numel() * (8.0 if amp else 4.0) if weight_is_param else b.numel() * elt
+                trace.kernels[owner] = trace.kernels.get(owner, 0) + 1 + (1 if amp and weight_is_param else 0)
+                trace.bytes[owner] = trace.bytes.get(owner, 0.0) + (a.numel() + out.numel()) * elt + weight_bytes
+                return out
             if func is not sdpa or trace.fused or not trace.stack:
                 return func(*args, **(kwargs or {}))
             trace.fused += 1
@@ -267,6 +304,15 @@ def _make_function_mode(torch: Any, trace: _Trace, elt: int) -> Any:
             return out
 
     return _FusedOps()
+
+
+class _ForwardFailed(Exception):
+    """The model's forward raised: the error, and the innermost module running when it did."""
+
+    def __init__(self, error: Exception, module: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.module = module
 
 
 def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], elt: int
@@ -307,8 +353,11 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
     args, kwargs = inputs
     try:
         with counter:
-            with _make_dispatch_mode(torch, trace, elt, param_owner), _make_function_mode(torch, trace, elt):
-                output = model(*args, **kwargs)
+            with _make_dispatch_mode(torch, trace, elt, param_owner), _make_function_mode(torch, trace, elt, param_owner):
+                try:
+                    output = model(*args, **kwargs)
+                except Exception as err:
+                    raise _ForwardFailed(err, trace.stack[-1] if trace.stack else "") from err
             forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
             outs = [t for t in _output_tensors(torch, output) if t.requires_grad]
             trace.autograd_nodes = count_autograd_nodes(outs)
@@ -360,6 +409,12 @@ def count_autograd_nodes(outputs: list[Any]) -> int:
     return len(seen)
 
 
+def _check_precision(precision: str) -> None:
+    if precision not in ACTIVATION_BYTES:
+        raise ScenarioError(f"expected one of {', '.join(ACTIVATION_BYTES)}, got {precision!r}",
+                            field="workload.precision")
+
+
 def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None) -> Workload:
     """Build ``package.module:factory()`` on the meta device and describe it as DDP would see it.
 
@@ -372,20 +427,19 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     missing from it get no gradient.
     """
     torch = _require_torch()
-    if precision not in ACTIVATION_BYTES:
-        raise ScenarioError(f"expected one of {', '.join(ACTIVATION_BYTES)}, got {precision!r}",
-                            field="workload.precision")
+    _check_precision(precision)
     factory, py_module = _load_factory(spec)
     try:
         with torch.device("meta"):
             model = factory()
     except Exception as err:
-        raise ScenarioError(f"{spec}() failed on the meta device: {type(err).__name__}: {err}", field=FIELD) from None
+        hint = ("; name a Hugging Face model by its config or class instead: hf:GPT2Config, hf:GPT2LMHeadModel"
+                if spec.startswith("transformers") else "")
+        raise ScenarioError(f"{spec}() failed on the meta device: {type(err).__name__}: {err}{hint}",
+                            field=FIELD) from None
     if not isinstance(model, torch.nn.Module):
         raise ScenarioError(f"{spec}() returned {type(model).__name__}, expected a torch.nn.Module", field=FIELD)
-    model.train()
-    elt = ACTIVATION_BYTES[precision]
-    inputs = _example_input(torch, model, py_module, batch_size, seq_len)
+    inputs, source = _example_input(torch, model, py_module, batch_size, seq_len)
     hint = f"give the module or {spec.partition(':')[0]} an example_input(batch_size, seq_len) function"
     lazy = [name or type(model).__name__ for name, module in model.named_modules() if _is_lazy(torch, module)]
     if inputs is None:
@@ -393,13 +447,69 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         raise ScenarioError(f"cannot guess an input for {spec}{why}; {hint}", field=FIELD)
     if lazy:
         _materialise_lazy(torch, model, inputs, spec, hint)
+    guessed = source.startswith("a guessed")
+    return _describe(torch, model, inputs, spec, f"torch:{spec}", batch_size, precision, seq_len,
+                     source, hint if guessed else "")
+
+
+def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str) -> Workload:
+    """A Hugging Face model built from its config on the meta device: ``GPT2Config`` (a config class),
+    ``GPT2LMHeadModel`` (a model class), ``path/config.json`` (relative to ``base_dir``, the scenario's
+    folder) or ``org/name`` (the local Hugging Face cache's config only: nothing is downloaded). Names
+    are read, and the model chosen, as ``ddpsim measure --model hf:...`` does (ddpsim/measure/hf.py):
+    its causal-LM head, else its masked-LM head, else the bare model, trained on its own LM loss over
+    random token ids of ``seq_len`` (default: the shorter of 512 and the model's positions)."""
+    torch = _require_torch()
+    _check_precision(precision)
+    from ddpsim.measure.hf import build_model, checked_seq, load_model_source
+    from ddpsim.measure.models import ModelArgError
+
+    name = f"hf:{what}"
+    beside = os.path.join(base_dir, what)
+    try:
+        config, model_class = load_model_source(beside if not os.path.isabs(what) and os.path.isfile(beside) else what,
+                                                local_files_only=True)
+    except ModelArgError as err:
+        raise ScenarioError(str(err).removeprefix("model "), field=FIELD) from None
+    vocab = getattr(config, "vocab_size", None)
+    if not isinstance(vocab, int) or vocab < 1:
+        raise ScenarioError(f"{name}: the config has no vocab_size; hf: models take token ids (for another "
+                            "input, wrap the model in a torch:module:factory with an example_input)", field=FIELD)
+    try:
+        with torch.device("meta"):
+            model, has_head = build_model(config, model_class)
+    except Exception as err:
+        raise ScenarioError(f"{name}: building the model from its config on the meta device failed: "
+                            f"{type(err).__name__}: {_first_line(err)}", field=FIELD) from None
+    try:
+        seq = checked_seq(config, seq_len, name)
+    except ModelArgError as err:
+        raise ScenarioError(str(err).removeprefix("model "), field="workload.seq_len") from None
+    ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
+    kwargs = {"input_ids": ids, "labels": ids} if has_head else {"input_ids": ids}
+    source = f"token ids ({batch_size}, {seq}){' as labels too' if has_head else ''}"
+    return _describe(torch, model, ((), kwargs), name, name, batch_size, precision, seq, source, "")
+
+
+def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str, name: str,
+              batch_size: int, precision: str, seq_len: int | None, source: str, hint: str) -> Workload:
+    """The Workload of ``model`` (on the meta device) run on ``inputs``; ``source`` says where the
+    inputs came from, ``hint`` what to do when the forward fails (empty: nothing to add)."""
+    model.train()
+    elt = ACTIVATION_BYTES[precision]
     try:
         trace, fwd, bwd, backward_ran = _trace_model(torch, model, inputs, elt)
     except ScenarioError:
         raise
-    except Exception as err:
-        raise ScenarioError(f"forward of {spec} on a guessed input failed ({type(err).__name__}: {err}); {hint}",
+    except _ForwardFailed as failed:
+        err = failed.error
+        where = f" in {failed.module} ({type(model.get_submodule(failed.module)).__name__})" if failed.module else ""
+        raise ScenarioError(f"forward of {spec} on {source} failed on the meta device{where}: "
+                            f"{type(err).__name__}: {_first_line(err)}" + (f"; {hint}" if hint else ""),
                             field=FIELD) from None
+    except Exception as err:
+        raise ScenarioError(f"backward of {spec} on {source} failed on the meta device: {type(err).__name__}: "
+                            f"{_first_line(err)}", field=FIELD) from None
 
     params_of: dict[str, list[ParamTensor]] = {}
     for module_name, param_name, param in ddp_parameters(model):
@@ -455,8 +565,13 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         autograd_nodes=trace.autograd_nodes if backward_ran else None,
         autograd_nodes_source="counted by the torch importer (the graph walk of find_unused_parameters)",
         output_bytes=trace.output_bytes if backward_ran else None,
-        notes=(f"torch:{spec}",) + (() if backward_ran else ("backward FLOPs estimated as 2x forward",)),
+        notes=(name,) + (() if backward_ran else ("backward FLOPs estimated as 2x forward",)),
     )
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def _kind(torch: Any, module: Any, own_fwd: float) -> str:

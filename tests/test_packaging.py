@@ -1,0 +1,152 @@
+"""What a user installs: scipy only with the calibrate extra (everything but fitting runs without it),
+the example scenarios inside the wheel and runnable by name, SPDX license metadata."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+NCCL_TESTS = ROOT / "validation" / "data" / "h200x4-2026-11-26" / "allreduce_nvlink_w2.txt"
+
+# A finder ahead of every other that refuses scipy, as an environment without it would.
+_NO_SCIPY = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    class _RefuseScipy(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name == "scipy" or name.startswith("scipy."):
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+    sys.meta_path.insert(0, _RefuseScipy())
+    """
+)
+
+
+def _without_scipy(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    return subprocess.run([sys.executable, "-c", _NO_SCIPY + textwrap.dedent(code)], capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=300)
+
+
+def test_run_sweep_scale_and_tune_work_without_scipy(tmp_path):
+    done = _without_scipy(
+        """
+        from ddpsim.cli import main
+        try:
+            import scipy
+        except ModuleNotFoundError:
+            pass
+        else:
+            raise SystemExit("the finder did not block scipy")
+        # the demo (make demo), by the bundled scenario's name
+        assert main(["run", "quickstart", "--out", "demo"]) == 0
+        assert main(["tune-buckets", "quickstart", "--candidates", "5,25,default"]) == 0
+        assert main(["tune-strategy", "quickstart"]) == 0
+        assert main(["scale", "quickstart", "--nodes", "1,2"]) == 0
+        assert main(["variability", "quickstart", "--iterations", "3", "--jitter-cv", "0.05"]) == 0
+        assert main(["sweep", "quickstart", "--grid", "ddp.bucket_cap_mb=5,25", "--out", "sweep", "--workers", "1"]) == 0
+        assert not [m for m in sys.modules if m.split(".")[0] == "scipy"]
+        """, tmp_path)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "demo" / "result.json").is_file() and (tmp_path / "sweep" / "sweep.csv").is_file()
+
+
+def test_calibrate_without_scipy_names_the_extra_in_one_line(tmp_path):
+    done = _without_scipy(
+        f"""
+        from ddpsim.cli import main
+        rc = main(["calibrate", "--nccl-tests", {str(NCCL_TESTS) + ":nvlink:2"!r}, "--links-only", "--out", "c.json"])
+        raise SystemExit(rc)
+        """, tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "scipy" in lines[0] and "pip install 'ddpsim[calibrate]'" in lines[0], done.stderr
+    assert not (tmp_path / "c.json").exists()
+
+
+def test_scipy_is_an_extra_not_a_dependency():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert not [d for d in project["dependencies"] if d.startswith("scipy")]
+    extras = project["optional-dependencies"]
+    assert any(d.startswith("scipy") for d in extras["calibrate"]) and any(d.startswith("scipy") for d in extras["test"])
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> zipfile.ZipFile:
+    """A wheel built from a copy of the sources, so the checkout gets no build/ or egg-info, with the
+    installed setuptools (the one pyproject's build-system names; the test extra installs it)."""
+    source = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "setup.py", "README.md", "LICENSE"):
+        shutil.copy(ROOT / name, source / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("ddpsim", "scenarios"):
+        shutil.copytree(ROOT / folder, source / folder, ignore=ignore)
+    out = tmp_path_factory.mktemp("wheel")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
+                           "-w", str(out), str(source)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    (path,) = out.glob("ddpsim-*.whl")
+    return zipfile.ZipFile(path)
+
+
+def test_the_wheel_carries_every_scenario_and_the_harness(wheel):
+    names = set(wheel.namelist())
+    scenarios = sorted(p.name for p in (ROOT / "scenarios").glob("*.yaml"))
+    assert scenarios and {f"ddpsim/scenarios/{s}" for s in scenarios} <= names
+    for s in scenarios:  # the files themselves, not empty stand-ins
+        assert wheel.read(f"ddpsim/scenarios/{s}") == (ROOT / "scenarios" / s).read_bytes()
+    # every module of the source tree, the GPU harness included
+    modules = {p.relative_to(ROOT).as_posix() for p in (ROOT / "ddpsim").rglob("*.py")}
+    assert {"ddpsim/measure/cli.py", "ddpsim/measure/hf.py", "ddpsim/measure/worker.py"} <= modules
+    assert modules <= names, sorted(modules - names)[:5]
+    assert {"ddpsim/py.typed", "ddpsim/planning/data/option_errors.json"} <= names
+
+
+def test_the_wheel_has_spdx_license_metadata(wheel):
+    (meta,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    text = wheel.read(meta).decode()
+    assert "License-Expression: Apache-2.0" in text.splitlines()
+    assert "License-File: LICENSE" in text.splitlines()
+    assert any(n.endswith(".dist-info/licenses/LICENSE") for n in wheel.namelist())
+    assert "Classifier: Typing :: Typed" in text and "Requires-Dist: scipy" in text and 'extra == "calibrate"' in text
+    assert not [line for line in text.splitlines() if line.startswith("Requires-Dist: scipy") and "extra" not in line]
+
+
+def test_a_bundled_scenario_runs_from_an_installed_wheel(wheel, tmp_path):
+    # the package as a wheel installs it (no source tree beside it): `ddpsim run quickstart` finds the file
+    site = tmp_path / "site"
+    wheel.extractall(site)
+    env = {**os.environ, "PYTHONPATH": str(site), "MPLBACKEND": "Agg"}
+    done = subprocess.run([sys.executable, "-c", "from ddpsim.cli.args import scenario_path; print(scenario_path('quickstart'))"],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()) == site / "ddpsim" / "scenarios" / "quickstart.yaml"
+
+
+def test_a_file_in_the_current_folder_wins_over_a_bundled_name(tmp_path, monkeypatch):
+    from ddpsim.cli.args import bundled_scenarios, scenario_path
+
+    monkeypatch.chdir(tmp_path)
+    assert scenario_path("quickstart") == str(bundled_scenarios() / "quickstart.yaml")  # type: ignore[operator]
+    assert scenario_path("quickstart.yaml") == str(bundled_scenarios() / "quickstart.yaml")  # type: ignore[operator]
+    (tmp_path / "quickstart").write_text("workload: {}\n")
+    assert scenario_path("quickstart") == "quickstart"
+    assert scenario_path("elsewhere/missing.yaml") == "elsewhere/missing.yaml"  # a path: the loader names it
+
+
+def test_an_unknown_bare_name_lists_the_bundled_ones(tmp_path, monkeypatch, capsys):
+    from ddpsim.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "quickstat"]) == 2
+    err = capsys.readouterr().err
+    assert "quickstat" in err and "quickstart" in err and "h100-2x8-ib400-gpt2" in err
