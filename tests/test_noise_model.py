@@ -154,12 +154,12 @@ def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
                                                "intra_node": {"type": "nvswitch"}}})
     result = simulate(replace(scenario, calibration=cal))
     assert result.step_time_p90_s / result.step_time_s == pytest.approx(math.exp(Z90 * math.hypot(*net)))
-    assert result.value_sources["p10 / p90 spread"].endswith("noise.net")
+    assert result.value_sources["step_time_spread"].endswith("noise.net")
     # a calibration that measured no multi-node spread gives no interval, and says so
     without = simulate(replace(scenario, calibration=calibration_from_dict(
         dict(data, noise={"nvlink": {"step_sigma": nvlink[0], "launch_sigma": nvlink[1]}}), "y")))
     assert without.step_time_p10_s is None and without.step_time_p90_s is None
-    assert without.value_sources["p10 / p90 spread"].startswith("not measured: calibration y has no noise.net")
+    assert without.value_sources["step_time_spread"].startswith("not measured: calibration y has no noise.net")
     one_node = simulate(replace(scenario_from_dict({"workload": {"model": "mlp", "batch_size": 8},
                                                     "cluster": {"gpu": "H100-SXM", "gpus_per_node": 2,
                                                                 "intra_node": {"type": "nvswitch"}}}),

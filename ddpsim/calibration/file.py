@@ -282,6 +282,8 @@ def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:
 CALIBRATION_KEYS = frozenset({
     "schema", "link_classes", "overheads", "calibration_subset", "noise", "measured_overheads", "noise_source",
     "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from",
+    # the output contract's version fields (ddpsim.schemas.document); files written before them lack them
+    "kind", "schema_version", "ddpsim_version",
 })
 OVERHEAD_ENTRY_KEYS = frozenset({f.name for f in fields(OverheadSpec)} | {
     "by_world_size", "models", "warnings", FITTED_MODELS_ONLY_KEY, "calibration_mape_pct",

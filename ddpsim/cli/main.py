@@ -108,7 +108,7 @@ def _check_out_paths(args: argparse.Namespace) -> None:
     would write nothing, or write into the current folder."""
     from ddpsim.outdir import check_out_path
 
-    for name in ("out", "trace"):
+    for name in ("out", "trace", "html"):
         value = getattr(args, name, None)
         if isinstance(value, str):
             check_out_path(value, f"--{name}")
