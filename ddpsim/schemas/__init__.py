@@ -8,6 +8,9 @@ is added, removed or changes meaning (docs/reference.md, "Output contracts", lis
 ``resolved_scenario`` turns a validated Scenario into the JSON every scenario-based result embeds, and
 ``resolved_scenario_schema`` derives that part's schema from the same FieldSpecs the loader reads, so the
 shipped ``resolved-scenario.schema.json`` is checked against the code (tests/test_output_contracts.py).
+
+Standard library only at import (the scenario modules load inside the functions that need them): the GPU
+harness, which has torch and the standard library alone, stamps its ``measure`` document with ``document``.
 """
 
 from __future__ import annotations
@@ -19,8 +22,6 @@ import typing
 from functools import cache
 from importlib import resources
 from typing import TYPE_CHECKING, Any
-
-from ddpsim.scenario.fields import META, field_specs
 
 if TYPE_CHECKING:
     from ddpsim.scenario.schema import Scenario
@@ -37,6 +38,7 @@ KINDS: dict[str, str] = {
     "validate-fsdp": "ddpsim validate-fsdp --json",
     "validation": "ddpsim validate --json, and validation.json of its --out folder",
     "calibration": "the file ddpsim calibrate --out writes (and --json prints)",
+    "measure": "ddpsim measure --json: what a measurement campaign wrote into its folder",
 }
 # referenced by the others, never a document of its own
 PARTS = ("resolved-scenario",)
@@ -88,6 +90,8 @@ def resolved_scenario(scenario: Any) -> dict[str, Any]:
     """Every scenario field after defaults, by its Python name (SI units in the name: ``bandwidth_Bps``,
     ``latency_s``); what the file left unset stays null. Only declared fields: the loaded calibration object,
     the file's path and folder are not scenario values (``calibration_path`` names the calibration)."""
+    from ddpsim.scenario.fields import field_specs
+
     out: dict[str, Any] = {}
     for name, fs in field_specs(type(scenario)):
         value = getattr(scenario, name)
@@ -120,6 +124,8 @@ def _json_type(hint: Any) -> dict[str, Any]:
 
 
 def _object_schema(cls: Any) -> dict[str, Any]:
+    from ddpsim.scenario.fields import META
+
     # Scenario.calibration's type is imported only for type checkers; it is not a declared field
     hints = typing.get_type_hints(cls, localns={"Calibration": object})
     properties: dict[str, Any] = {}
