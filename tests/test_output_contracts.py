@@ -14,6 +14,7 @@ import shutil
 
 import pytest
 
+import ddpsim
 from ddpsim import schemas
 from ddpsim.cli import main
 
@@ -38,17 +39,6 @@ def _json_out(capsys, *argv: str, rc: int = 0) -> dict:
     return data
 
 
-def _installed_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ddpsim")
-    except PackageNotFoundError:
-        import ddpsim
-
-        return ddpsim.__version__
-
-
 @pytest.fixture(scope="module")
 def sweep_dir(tmp_path_factory):
     """One small sweep shared by the tests below: two caps of the quickstart, inline (one worker)."""
@@ -64,7 +54,8 @@ def sweep_dir(tmp_path_factory):
 def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--json", "--set", "cluster.inter_node.latency=7us"))
     assert data["kind"] == "run-result" and data["schema_version"] == 2
-    assert data["ddpsim_version"] == _installed_version()
+    # pyproject's version, which the package's __version__ repeats
+    assert data["ddpsim_version"] == ddpsim.__version__
     scenario = data["resolved_scenario"]
     # the file's values in SI (quickstart.yaml: 400Gbps, 450GB/s, 3us), the --set, and a default it left out
     assert scenario["cluster"]["inter_node"]["nic_bandwidth_Bps"] == pytest.approx(400e9 / 8)
@@ -171,7 +162,7 @@ def test_validate_fsdp_is_one_object(tmp_path, capsys):
 
 
 def test_the_measure_document_of_a_campaign_validates():
-    from ddpsim.measure.cli import measure_document
+    from ddpsim.cli.measure_json import measure_document
 
     folder = os.path.join(DATA, "h200x2-measure-2026-11-27b")
     with open(os.path.join(folder, "plan.json")) as handle:
@@ -358,11 +349,11 @@ def test_measure_json_sends_the_campaigns_output_to_stderr(tmp_path, monkeypatch
     """What the campaign and its launched processes print goes to stderr; stdout is the document alone."""
     import subprocess
     import sys
-    from argparse import Namespace
 
-    from ddpsim.measure import cli
+    from ddpsim.measure import cli as harness
 
-    def campaign(a):
+    def campaign(argv):
+        assert "--json" not in argv  # the harness never sees the flag
         print("[campaign] a progress line", flush=True)
         subprocess.run([sys.executable, "-c", "print('a launch writing to its stdout')"], check=True)
         (tmp_path / "plan.json").write_text(json.dumps({"plan": "probe", "models": ["resnet50"], "shapes": [],
@@ -370,8 +361,8 @@ def test_measure_json_sends_the_campaigns_output_to_stderr(tmp_path, monkeypatch
                                                         "cpu_dry_run": True}))
         return 0
 
-    monkeypatch.setattr(cli, "_run", campaign)
-    assert cli.run(Namespace(json=True, out=str(tmp_path))) == 0
+    monkeypatch.setattr(harness, "main", campaign)
+    assert main(["measure", "--out", str(tmp_path), "--json", "--plan", "probe"]) == 0
     out, err = capfd.readouterr()
     assert "a progress line" in err and "a launch writing to its stdout" in err
-    _valid("measure", json.loads(out))
+    assert _valid("measure", json.loads(out))["out"] == str(tmp_path)

@@ -155,9 +155,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # a sweep with failed points is not an answer for every point: scripts must be able to tell
     status = EXIT_POINTS_FAILED if outcome.failed else 0
     if args.json:
-        from ddpsim.planning.sweep_results import sweep_document
-
-        print_json(sweep_document(outcome))
+        print_json(outcome.to_dict())
         return status
     print(
         f"{len(outcome.outcomes)} points: {outcome.computed} simulated, {outcome.reused} reused, "

@@ -73,8 +73,6 @@ def add_arguments(ap: argparse.ArgumentParser) -> argparse.ArgumentParser:
     ap.add_argument("--fresh", action="store_true", help="delete DIR's earlier results first")
     ap.add_argument("--cpu-slots", type=int, default=0, metavar="N",
                     help="dry run on the CPU with gloo, pretending N devices (checks a command before GPU time)")
-    ap.add_argument("--json", action="store_true",
-                    help="print one JSON object (what the folder holds now) on stdout at the end; progress to stderr")
     return ap
 
 

@@ -6,7 +6,6 @@ Runs a plan (plans.py) as one campaign (campaign.py) into an output folder that 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import re
@@ -160,57 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     return run(a)
 
 
-def measure_document(out: str, plan: dict, exit_code: int, wall_s: float) -> dict:
-    """The ``measure`` document (ddpsim/schemas/measure.schema.json): the plan, and the records the folder holds
-    now by file and status (a resumed campaign counts the earlier launches' records too)."""
-    from ddpsim.schemas import document
-
-    def by_status(name: str, default: str) -> dict:
-        counts: dict = {}
-        for record in read_jsonl(os.path.join(out, name)):
-            status = str(record.get("status", default))
-            counts[status] = counts.get(status, 0) + 1
-        return counts
-
-    profiles_dir = os.path.join(out, "profiles")
-    profiles = sorted(n[:-5] for n in os.listdir(profiles_dir) if n.endswith(".json")) if os.path.isdir(profiles_dir) else []
-    runs = read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
-    sweeps = read_jsonl(os.path.join(out, "allreduce.jsonl"))
-    return document("measure", {
-        "out": out, "plan": plan, "exit_code": exit_code, "wall_s": wall_s,
-        "ddp_runs": by_status("ddp_runs.jsonl", "ok"), "allreduce_sweeps": by_status("allreduce.jsonl", "ok"),
-        "fsdp_runs": by_status("fsdp_runs.jsonl", "ok"), "profiles": profiles,
-        "profile_failures": len(read_jsonl(os.path.join(out, "profile_failures.jsonl"))),
-        "next": [line.strip() for line in _next_commands(out, bool(runs), bool(sweeps), profiles)],
-    })
-
-
 def run(a: argparse.Namespace) -> int:
-    """One measurement campaign from parsed arguments (``ddpsim measure``); the exit code. With ``--json`` its
-    progress (and its launches') goes to stderr and stdout gets the ``measure`` document alone."""
-    if not getattr(a, "json", False):
-        return _run(a)
-    sys.stdout.flush()
-    stdout_fd = os.dup(1)
-    os.dup2(2, 1)  # the launched processes inherit file descriptor 1: point it at stderr for them too
-    t0 = time.time()
-    try:
-        with contextlib.redirect_stdout(sys.stderr):  # and this process's own prints, whatever sys.stdout is
-            rc = _run(a)
-    finally:
-        sys.stdout.flush()
-        os.dup2(stdout_fd, 1)
-        os.close(stdout_fd)
-    if rc == 2:
-        return rc  # bad arguments: one line on stderr, nothing measured
-    out = os.path.abspath(a.out)
-    with open(os.path.join(out, "plan.json")) as f:
-        plan = json.load(f)
-    print(json.dumps(measure_document(out, plan, rc, time.time() - t0), indent=2), flush=True)
-    return rc
-
-
-def _run(a: argparse.Namespace) -> int:
+    """One measurement campaign from parsed arguments (``ddpsim measure``); the exit code."""
     try:
         plan = PLANS[a.plan]
         budget_s = parse_budget_s(a.budget) if a.budget else plan.budget_s

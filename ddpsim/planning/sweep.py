@@ -28,21 +28,11 @@ from typing import Any, TextIO
 import yaml
 
 from ddpsim.errors import ScenarioError
+from ddpsim.planning.sweep_results import RESULT_COLUMNS, jsonable
 from ddpsim.scenario import apply_overrides, read_scenario_dict, scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 
 MAX_POINTS_WITHOUT_CONFIRMATION = 1000
-RESULT_COLUMNS = (
-    "step_time_s",
-    "forward_s",
-    "backward_s",
-    "optimizer_s",
-    "comm_time_s",
-    "exposed_comm_s",
-    "samples_per_s",
-    "tokens_per_s",
-    "fits_in_memory",
-)
 STATUS_OK, STATUS_ERROR, STATUS_INVALID = "ok", "error", "invalid"
 DASK_CONNECT_TIMEOUT_S = 5
 DASK_NO_WORKERS_S = 30  # with no worker this long, the remaining points fail (reported well within 60 s)
@@ -100,6 +90,22 @@ class SweepOutcome:
     @property
     def failed(self) -> int:
         return sum(1 for o in self.outcomes if o.status != STATUS_OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``sweep`` document (ddpsim/schemas/sweep.schema.json): every point's grid values, status and
+        metrics; each ok point's whole result is points/<point>.json."""
+        from ddpsim.schemas import document
+
+        return document("sweep", {
+            "out": self.out,
+            "axes": [{"field": a.field, "values": [jsonable(v) for v in a.values]} for a in self.axes],
+            "counts": {"points": len(self.outcomes), "simulated": self.computed, "reused": self.reused,
+                       "failed": self.failed},
+            "points": [{"index": o.point.index, "grid": {k: jsonable(v) for k, v in o.point.values.items()},
+                        "status": o.status, "error": o.error, "cached": o.cached, "point": o.point.hash,
+                        "metrics": {name: o.metrics.get(name) for name in RESULT_COLUMNS} if o.metrics else {}}
+                       for o in self.outcomes],
+        }, self.scenario)
 
 
 def parse_grid(specs: Sequence[str], file: str = "--grid") -> list[GridAxis]:
@@ -606,7 +612,7 @@ def write_summary(outcome: SweepOutcome) -> None:
     with atomic_dir(outcome.out) as staging:
         with open(os.path.join(staging, "sweep.csv"), "w", encoding="utf-8") as handle:
             handle.write(csv_text(outcome))
-        data_files = write_sweep_data(outcome, staging)
+        data_files = write_sweep_data(outcome.to_dict(), staging)
         figures = _figures(outcome, staging)
         with open(os.path.join(staging, "report.md"), "w", encoding="utf-8") as handle:
             handle.write(report_markdown(outcome, figures, data_files))

@@ -9,54 +9,34 @@ from __future__ import annotations
 
 import json
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ddpsim.errors import ScenarioError
 
-if TYPE_CHECKING:
-    from ddpsim.planning.sweep import SweepOutcome
-
+# a point's numbers in sweep.csv, the sweep document and the DataFrame (a run-result's fields)
+RESULT_COLUMNS = (
+    "step_time_s",
+    "forward_s",
+    "backward_s",
+    "optimizer_s",
+    "comm_time_s",
+    "exposed_comm_s",
+    "samples_per_s",
+    "tokens_per_s",
+    "fits_in_memory",
+)
 SWEEP_JSON = "sweep.json"
 SWEEP_PARQUET = "sweep.parquet"
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     # a YAML scalar may be a date or another type JSON has no word for: its text, as the CSV writes it
     return value if isinstance(value, _JSON_SCALARS) else str(value)
 
 
-def sweep_document(outcome: SweepOutcome) -> dict[str, Any]:
-    """The ``sweep`` document (ddpsim/schemas/sweep.schema.json): every point's grid values, status and metrics;
-    each ok point's whole result is points/<point>.json."""
-    from ddpsim.planning.sweep import RESULT_COLUMNS
-    from ddpsim.schemas import document
-
-    body = {
-        "out": outcome.out,
-        "axes": [{"field": a.field, "values": [_jsonable(v) for v in a.values]} for a in outcome.axes],
-        "counts": {"points": len(outcome.outcomes), "simulated": outcome.computed, "reused": outcome.reused,
-                   "failed": outcome.failed},
-        "points": [
-            {
-                "index": o.point.index,
-                "grid": {name: _jsonable(value) for name, value in o.point.values.items()},
-                "status": o.status,
-                "error": o.error,
-                "cached": o.cached,
-                "point": o.point.hash,
-                "metrics": {name: o.metrics.get(name) for name in RESULT_COLUMNS} if o.metrics else {},
-            }
-            for o in outcome.outcomes
-        ],
-    }
-    return document("sweep", body, outcome.scenario)
-
-
 def sweep_rows(data: dict[str, Any]) -> list[dict[str, Any]]:
     """One flat row per point of a ``sweep`` document: grid fields, then metrics, status, error and point."""
-    from ddpsim.planning.sweep import RESULT_COLUMNS
-
     fields = [axis["field"] for axis in data["axes"]]
     return [
         {**{f: p["grid"].get(f) for f in fields}, **{m: p["metrics"].get(m) for m in RESULT_COLUMNS},
@@ -73,10 +53,11 @@ def read_sweep(folder: str) -> dict[str, Any]:
     return read_json_object(path, "sweep results (ddpsim sweep --out DIR)", field=SWEEP_JSON)
 
 
-def sweep_dataframe(source: str | SweepOutcome | dict[str, Any]) -> Any:
+def sweep_dataframe(source: Any) -> Any:
     """A pandas DataFrame of a sweep, one row per point (the columns of sweep.csv, numbers as numbers).
 
-    ``source``: the sweep's ``--out`` folder (or its sweep.json), a ``SweepOutcome``, or a ``sweep`` document.
+    ``source``: the sweep's ``--out`` folder (or its sweep.json), a ``sweep`` document, or a ``SweepOutcome``
+    (``run_sweep``'s return).
     pandas is not a ddpsim dependency: without it this raises ImportError saying how to install it.
     """
     try:
@@ -89,7 +70,7 @@ def sweep_dataframe(source: str | SweepOutcome | dict[str, Any]) -> Any:
     elif isinstance(source, dict):
         data = source
     else:
-        data = sweep_document(source)
+        data = source.to_dict()
     return pandas.DataFrame(sweep_rows(data))
 
 
@@ -122,9 +103,9 @@ def write_parquet(data: dict[str, Any], path: str) -> None:
     pyarrow.parquet.write_table(table, path)
 
 
-def write_sweep_data(outcome: SweepOutcome, folder: str) -> list[str]:
-    """sweep.json and, where pyarrow is importable, sweep.parquet into ``folder``; the names written."""
-    data = sweep_document(outcome)
+def write_sweep_data(data: dict[str, Any], folder: str) -> list[str]:
+    """A ``sweep`` document as sweep.json and, where pyarrow is importable, sweep.parquet into ``folder``; the
+    names written."""
     with open(os.path.join(folder, SWEEP_JSON), "w", encoding="utf-8") as handle:
         handle.write(json.dumps(data, indent=1) + "\n")
     if not parquet_available():

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import types
 import typing
 from functools import cache
@@ -51,10 +52,10 @@ def ddpsim_version() -> str:
 
     try:
         return version("ddpsim")
-    except PackageNotFoundError:
-        from ddpsim import __version__
-
-        return __version__
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        # the package's own __init__ is loaded before any module of it: reading its attribute imports nothing
+        version_text: str = sys.modules["ddpsim"].__version__
+        return version_text
 
 
 @cache
