@@ -69,6 +69,23 @@ def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", key) for key in data["value_sources"])
 
 
+@pytest.mark.parametrize("name", sorted(n for n in os.listdir(os.path.join(ROOT, "scenarios")) if n.endswith(".yaml")))
+def test_every_shipped_scenarios_result_validates(name, capsys):
+    _valid("run-result", _json_out(capsys, "run", os.path.join(ROOT, "scenarios", name), "--json"))
+
+
+def test_every_value_source_an_option_adds_is_in_the_schema(capsys):
+    """A hook, accumulation, find_unused_parameters and a calibration with noise each name their inputs."""
+    data = _valid("run-result", _json_out(
+        capsys, "run", QUICKSTART, "--json", "--set", "ddp.comm_hook=bf16", "--set", "ddp.grad_accumulation_steps=2",
+        "--set", "ddp.find_unused_parameters=true",
+        "--set", f"calibration={os.path.join(ROOT, 'validation', 'calibration-h100x4-multinode.json')}"))
+    sources = data["value_sources"]
+    assert {"compress_hook", "accumulation_micro_steps", "autograd_nodes", "step_time_spread"} <= set(sources)
+    # the count that used to sit in the key leads the value
+    assert re.match(r"\d+ nodes \(find_unused_parameters' walk\): ", sources["autograd_nodes"])
+
+
 def test_a_sharded_run_result_validates(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--set", "parallel.strategy=zero3", "--json"))
     assert data["strategy"] == "zero3" and data["collectives"] and data["buckets"] == []
