@@ -298,7 +298,7 @@ def _scale_html(study: Any, scenario_path: str, png: str) -> str:
     from ddpsim.report.html import report_html
     from ddpsim.schemas import ddpsim_version
 
-    notes = ["Efficiency: throughput per GPU relative to the smallest node count. Exposed comm: share of the step."]
+    notes = ["Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step."]
     notes += [f"warning: {w}" for w in study.warnings]
     return report_html(f"ddpsim scale: {scenario_path}", notes, scaling_table(study, markdown=True),
                        [(png, "Scaling efficiency")], meta=f"ddpsim {ddpsim_version()}")

@@ -116,9 +116,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         "nccl_tests": list(args.nccl_tests),
     }
     written = write_calibration(args.out, data["link_classes"], data["overheads"], meta)
+    for warning in [*fit_warnings(data), *map(str, gaps)]:
+        print(f"warning: {warning}", file=sys.stderr)
     if args.json:
-        for warning in [*fit_warnings(data), *map(str, gaps)]:
-            print(f"warning: {warning}", file=sys.stderr)
         print_json(written)
         return 0
     _print_calibration(data["link_classes"], data["overheads"])
@@ -129,17 +129,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             fitted = data["overheads"].get(link_class, {}).get(term)
             print(f"{link_class}: {term} measured {measured_term['value']:.2f} ({how[term].format(measured_term['runs'])})"
                   + (f", fitted {fitted:.2f}" if fitted is not None else ""))
-    for warning in fit_warnings(data):
-        print(f"warning: {warning}", file=sys.stderr)
-    for gap in gaps:
-        print(f"warning: {gap}", file=sys.stderr)
     print(f"\nwrote {args.out}")
     return 0
 
 
 def _recentre(args: argparse.Namespace) -> int:
     """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
-
     from ddpsim.calibration.file import calibration_from_dict
     from ddpsim.calibration.pool import probe_calibration
     from ddpsim.jsonfile import non_finite_field, read_json_object
