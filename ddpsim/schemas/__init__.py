@@ -71,6 +71,7 @@ def schema(name: str) -> dict[str, Any]:
     return data
 
 
+@cache  # every simulated point stamps its result: read the file's version once
 def schema_version(kind: str) -> int:
     version: int = schema(kind)["properties"]["schema_version"]["const"]
     return version
