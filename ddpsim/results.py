@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-SCHEMA_VERSION = 1
+from ddpsim.schemas import document
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,9 @@ class BucketRecord:
     launch_s: float
     start_s: float
     end_s: float
+    # the bucket's parameters in the order their gradients fill it, as the workload names them (the torch
+    # module path, the profile's names, the zoo's torchvision / Hugging Face names); None where it has none
+    param_names: list[str | None] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,9 @@ class Result:
     collectives: list[CollectiveRecord] = field(default_factory=list)
     memory_by_strategy: dict[str, float] = field(default_factory=dict)  # total bytes per GPU per strategy
     recommended_strategy: str | None = None  # the cheapest strategy that fits (None: none fits)
+    # every scenario field as simulated: after defaults and after the calibration replaced what it fits
+    # (value_sources says which); ddpsim.schemas.resolved_scenario
+    resolved_scenario: dict[str, Any] = field(default_factory=dict)
 
     @property
     def overlap_fraction(self) -> float:
@@ -125,17 +131,17 @@ class Result:
         return times[low] + (times[high] - times[low]) * (position - low)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``run-result`` document (ddpsim/schemas/run-result.schema.json)."""
         data = asdict(self)
         data.pop("rank_timelines")
         if self.strategy == "ddp":
             for key in SHARDED_FIELDS:
                 data.pop(key)
-        data["schema_version"] = SCHEMA_VERSION
         data["overlap_fraction"] = self.overlap_fraction
         data["step_time_p50_s"] = self.percentile_s(50)
         data["step_time_p95_s"] = self.percentile_s(95)
         data["step_time_p99_s"] = self.percentile_s(99)
-        return data
+        return document("run-result", data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)

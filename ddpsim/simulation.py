@@ -33,6 +33,7 @@ from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
+from ddpsim.schemas import resolved_scenario
 from ddpsim.sharded.simulate import memory_check, simulate_sharded, zero1_optimizer_s
 from ddpsim.topology import Topology, build_topology
 from ddpsim.workload.model import Workload
@@ -104,28 +105,28 @@ def prepare(scenario: Scenario) -> Prepared:
                                          measured_how),
                **calibrated.sources}
     if scenario.cluster.world_size > 1:
-        sources["DDP's per-rank work"] = _per_rank_source(scenario, workload, gpu, measured_in)
+        sources["ddp_per_rank_work"] = _per_rank_source(scenario, workload, gpu, measured_in)
         if scenario.ddp.comm_hook != "none":
             # the profile's world-size-1 DDP with the hook is recorded but not used: 20 steps at one cap
             # leave a few ms of noise against a hook cost of about 2 ms per step (on the fifth 4 x H100
             # allocation, h100x4-options-2026-11-26e, using it gave 7.4% mean error against 7.0% without)
-            sources["compress hook on the backward thread"] = (
+            sources["compress_hook"] = (
                 f"overheads.hook_cpu ({scenario.overheads.hook_cpu_s * 1e6:.0f} us) plus ddpsim.ddp.hooks' "
                 f"{COMPRESS_HOOK_EXTRA_S * 1e6:.0f} us per bucket, measured on one 2 x H100 host, not on this machine; "
                 + _lead_source(workload, measured_in))
     if other_kinds:
-        sources["GPU kinds"] = ("each rank's compute estimated on its own GPU (" + ", ".join(
+        sources["gpu_kinds"] = ("each rank's compute estimated on its own GPU (" + ", ".join(
             f"{k.name} {c.forward_s * 1e3 + c.backward_s * 1e3:.2f} ms forward + backward"
             for k, c in ((gpu, compute), *other_kinds)) + "); every all-reduce waits for the slowest rank")
     if scenario.ddp.grad_accumulation_steps > 1:
-        sources["accumulation's later micro-steps"] = _accumulate_source(workload, measured_in)
+        sources["accumulation_micro_steps"] = _accumulate_source(workload, measured_in)
     if scenario.simulation.jitter_from_profile:
         if workload.step_jitter_cv is None:
             raise ScenarioError(f"the workload has no measured step spread ({_unmeasured_why(measured_in, 'step p10/p90')})",
                                 file=scenario.source, field="simulation.jitter_from_profile")
         # every rank draws its own step factor: each bucket's all-reduce then waits for the slower rank
         # of that step (on 2 x H100 the ranks' compute differed by up to 1.5x, h100x2-ranks-2026-11-26j)
-        sources["compute jitter"] = (f"cv {workload.step_jitter_cv:.3f} per rank and step, from the step's p10..p90 "
+        sources["compute_jitter"] = (f"cv {workload.step_jitter_cv:.3f} per rank and step, from the step's p10..p90 "
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
@@ -474,6 +475,7 @@ def _result(prep: Prepared, run: _EngineRun) -> Result:
         step_time_p10_s=p10_s, step_time_p90_s=p90_s,
         rank_timelines=_timelines(prep, run.traces, run.members),
         strategy=sc.parallel.strategy, memory_by_strategy=memory_totals, recommended_strategy=recommended,
+        resolved_scenario=resolved_scenario(sc),
     )
 
 
@@ -520,11 +522,13 @@ def _compute_only_s(prep: Prepared) -> float:
 
 def _bucket_records(prep: Prepared, last: RankTrace) -> list[BucketRecord]:
     t0 = last.step_start_s
+    params = prep.workload.params
     return [
         BucketRecord(
             index=b.index, bytes=b.wire_bytes, grad_bytes=b.grad_bytes, n_params=b.n_params,
             ready_s=last.bucket_ready_s[b.index] - t0, launch_s=last.bucket_launch_s[b.index] - t0,
             start_s=last.bucket_start_s[b.index] - t0, end_s=last.bucket_end_s[b.index] - t0,
+            param_names=[params[i].name or None for i in b.param_indices],
         )
         for b in prep.buckets
     ]
@@ -561,10 +565,11 @@ def _option_sources(prep: Prepared) -> dict[str, str]:
     sources = {}
     options = _option_costs(prep)
     if options.nodes_source:
-        sources[f"autograd nodes ({options.autograd_nodes}, find_unused_parameters' walk)"] = options.nodes_source
+        sources["autograd_nodes"] = (f"{options.autograd_nodes} nodes (find_unused_parameters' walk): "
+                                     f"{options.nodes_source}")
     ddp = prep.scenario.ddp
     if ddp.find_unused_parameters and not ddp.static_graph and prep.workload.output_bytes is None:
-        sources["_DDPSink output clone"] = "not priced: the workload does not say its output bytes"
+        sources["ddp_sink_output_clone"] = "not priced: the workload does not say its output bytes"
     return sources
 
 
@@ -576,8 +581,8 @@ def _interval(sc: Scenario, step_time_s: float) -> tuple[float | None, float | N
     noise_class = step_link_class(sc.cluster.nodes, link_class_of_type(sc.cluster.intra_node.type))
     interval = sc.calibration.step_interval(noise_class, step_time_s)
     if interval is None:
-        return None, None, {"p10 / p90 spread": f"not measured: calibration {sc.calibration.source} has no "
+        return None, None, {"step_time_spread": f"not measured: calibration {sc.calibration.source} has no "
                                                 f"noise.{noise_class}, so no interval is given"}
     p10_s, _, p90_s = interval
     parts = ", ".join(f"{name} {sigma:.3f}" for name, sigma in sc.calibration.interval_parts(noise_class))
-    return p10_s, p90_s, {"p10 / p90 spread": f"calibration {sc.calibration.source}: lognormal sigmas {parts}"}
+    return p10_s, p90_s, {"step_time_spread": f"calibration {sc.calibration.source}: lognormal sigmas {parts}"}

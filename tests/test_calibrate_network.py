@@ -66,15 +66,15 @@ def test_a_network_fit_sets_the_inter_node_values_and_says_so(tmp_path):
     calibrated = apply_calibration(_scenario(tmp_path, {"schema": SCHEMA, "link_classes": links}))
     inter = calibrated.scenario.cluster.inter_node
     assert inter.nic_bandwidth_Bps == pytest.approx(links["net"]["bandwidth_Bps"])
-    assert "link_classes.net" in calibrated.sources["inter-node network"]
-    assert "link_classes.nvlink" in calibrated.sources["intra-node link"]
+    assert "link_classes.net" in calibrated.sources["inter_node_network"]
+    assert "link_classes.nvlink" in calibrated.sources["intra_node_link"]
 
 
 def test_without_a_network_fit_the_scenario_network_stays_in_force_and_matters(tmp_path):
     links = fit_links(_sweep(NVLINK, 2, 1))
     data = {"schema": SCHEMA, "link_classes": links}
     calibrated = apply_calibration(_scenario(tmp_path, data))
-    assert "has no 'net' fit" in calibrated.sources["inter-node network"]
+    assert "has no 'net' fit" in calibrated.sources["inter_node_network"]
     fast = simulate(_scenario(tmp_path, data, latency="5us")).step_time_s
     slow = simulate(_scenario(tmp_path, data, latency="5ms")).step_time_s
     assert slow > fast * 1.05
@@ -89,8 +89,8 @@ def test_shipped_calibration_has_no_network_and_a_multi_node_scenario_says_so(tm
     )
     sources = apply_calibration(load_scenario(str(tmp_path / "s.yaml"))).sources
     # nothing in the file and nothing fitted: the line says the network is ddpsim's default
-    assert sources["inter-node network"].startswith("ddpsim's defaults") and "no 'net' fit" in sources["inter-node network"]
-    assert "nic_bandwidth 400 Gbps" in sources["inter-node network"]
+    assert sources["inter_node_network"].startswith("ddpsim's defaults") and "no 'net' fit" in sources["inter_node_network"]
+    assert "nic_bandwidth 400 Gbps" in sources["inter_node_network"]
 
 
 # NCCL-structured synthetic campaign: one-node rings (1x2, 1x4), and on 2x2 a forced Ring and a forced

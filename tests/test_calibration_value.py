@@ -105,5 +105,5 @@ def test_a_calibrated_run_reports_its_measured_spread_and_sources(tmp_path):
     sigma = math.hypot(noise["step_sigma"], noise["launch_sigma"])
     assert result.step_time_p90_s / result.step_time_s == pytest.approx(math.exp(1.2815515655446004 * sigma))
     assert result.step_time_p10_s < result.step_time_s < result.step_time_p90_s
-    assert "link_classes.nvlink.by_world_size.4" in result.value_sources["intra-node link"]
-    assert "overheads.nvlink" in result.value_sources["DDP overheads"]
+    assert "link_classes.nvlink.by_world_size.4" in result.value_sources["intra_node_link"]
+    assert "overheads.nvlink" in result.value_sources["ddp_overheads"]

@@ -231,9 +231,9 @@ def test_run_names_uneven_nodes_and_only_the_nic_defaults_it_used() -> None:
     groups_rate = [{**group, "nic_bandwidth": "200Gbps"} for group in THREE_AND_ONE]
     network = dict(simulation.prepare(scenario_from_dict({
         "workload": {"model": "mlp", "batch_size": 8},
-        "cluster": {"gpu": "H100-SXM", "node_groups": groups_rate}})).sources)["inter-node network"]
+        "cluster": {"gpu": "H100-SXM", "node_groups": groups_rate}})).sources)["inter_node_network"]
     assert "nic_bandwidth" not in network  # every group wrote its own: the cluster-wide default reached no NIC
     network = dict(simulation.prepare(scenario_from_dict({
         "workload": {"model": "mlp", "batch_size": 8},
-        "cluster": {"gpu": "H100-SXM", "node_groups": [groups_rate[0], THREE_AND_ONE[1]]}})).sources)["inter-node network"]
+        "cluster": {"gpu": "H100-SXM", "node_groups": [groups_rate[0], THREE_AND_ONE[1]]}})).sources)["inter_node_network"]
     assert "nic_bandwidth 400 Gbps" in network

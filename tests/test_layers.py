@@ -21,7 +21,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "ddpsim"
 LADDER: tuple[tuple[str, ...], ...] = (
     ("ddpsim.units", "ddpsim.errors", "ddpsim.jsonfile", "ddpsim.outdir", "ddpsim.spread", "ddpsim.intervals"),
     ("ddpsim.scenario.link_kinds", "ddpsim.scenario.fields", "ddpsim.scenario.overheads"),
-    ("ddpsim.scenario.schema", "ddpsim.scenario.provenance"),
+    ("ddpsim.scenario.schema", "ddpsim.scenario.provenance", "ddpsim.schemas"),
     ("ddpsim.workload", "ddpsim.hardware", "ddpsim.topology", "ddpsim.network", "ddpsim.collectives", "ddpsim.ddp",
      "ddpsim.sharded"),
     ("ddpsim.calibration.file", "ddpsim.calibration.apply", "ddpsim.scenario"),

@@ -128,8 +128,8 @@ def test_a_calibrated_scenario_takes_the_endpoint_and_says_where_from(tmp_path):
 
     calibrated = apply_calibration(replace(scenario, calibration=calibration))
     assert calibrated.scenario.cluster.inter_node.duplex_factor == pytest.approx(links["net"]["duplex_factor"])
-    assert "measured: --net-probe" in calibrated.sources["network endpoint duplex"]
-    assert "link_classes.net.by_shape.2x2" in calibrated.sources["network endpoint duplex"]
+    assert "measured: --net-probe" in calibrated.sources["network_endpoint_duplex"]
+    assert "link_classes.net.by_shape.2x2" in calibrated.sources["network_endpoint_duplex"]
     # the shape's own entry decides, not the pooled one: a distinct value there is the one applied
     distinct = json.loads(json.dumps(links))
     distinct["net"]["by_shape"]["2x2"]["duplex_factor"] = 0.7
@@ -162,15 +162,15 @@ def test_values_the_scenario_wrote_and_the_calibration_replaces_are_named():
         return apply_calibration(replace(scenario, calibration=calibration)).sources
 
     written = calibrated({"duplex_factor": 0.9, "nic_bandwidth": "800Gbps", "latency": "7us"})
-    assert "replaces the scenario's duplex_factor 0.9" in written["network endpoint duplex"]
-    assert "replaces the scenario's nic_bandwidth 800 Gbps" in written["inter-node network"]
-    assert "latency 7.0 us" in written["inter-node network"]
+    assert "replaces the scenario's duplex_factor 0.9" in written["network_endpoint_duplex"]
+    assert "replaces the scenario's nic_bandwidth 800 Gbps" in written["inter_node_network"]
+    assert "latency 7.0 us" in written["inter_node_network"]
     unwritten = calibrated({})
-    assert "replaces" not in unwritten["network endpoint duplex"]
-    assert "replaces" not in unwritten["inter-node network"]
+    assert "replaces" not in unwritten["network_endpoint_duplex"]
+    assert "replaces" not in unwritten["inter_node_network"]
     # a written value equal to the calibration's is not called replaced
     same = calibrated({"duplex_factor": links["net"]["by_shape"]["2x2"]["duplex_factor"]})
-    assert "replaces" not in same["network endpoint duplex"]
+    assert "replaces" not in same["network_endpoint_duplex"]
 
 
 def test_a_written_intra_node_link_replaced_by_the_calibration_is_named(tmp_path):
@@ -184,8 +184,8 @@ def test_a_written_intra_node_link_replaced_by_the_calibration_is_named(tmp_path
                     "intra_node": {"type": "nvswitch", "bandwidth": "450GB/s"}},
     })
     sources = apply_calibration(replace(scenario, calibration=calibration)).sources
-    assert "replaces the scenario's bandwidth 3600 Gbps (450 GB/s)" in sources["intra-node link"]
-    assert "latency" not in sources["intra-node link"].split("replaces", 1)[1]  # not written: not replaced
+    assert "replaces the scenario's bandwidth 3600 Gbps (450 GB/s)" in sources["intra_node_link"]
+    assert "latency" not in sources["intra_node_link"].split("replaces", 1)[1]  # not written: not replaced
 
 
 def test_a_malformed_probe_file_is_one_line_naming_file_and_field(tmp_path, capsys):
@@ -312,9 +312,9 @@ def test_a_custom_topology_says_the_calibrations_rates_and_endpoint_are_not_appl
         entry["duplex_factor"] = 1.0
     assert simulate(replace(scenario, calibration=calibration)).step_time_s == simulate(replace(
         scenario, calibration=calibration_from_dict({"schema": SCHEMA, "link_classes": full}, "cal.json"))).step_time_s
-    assert calibrated.sources["network endpoint duplex"].startswith("not applied (custom topology)")
-    assert calibrated.sources["inter-node network"].startswith("custom topology (cluster.topology)")
-    assert "not applied: calibration cal.json" in calibrated.sources["intra-node link"]
+    assert calibrated.sources["network_endpoint_duplex"].startswith("not applied (custom topology)")
+    assert calibrated.sources["inter_node_network"].startswith("custom topology (cluster.topology)")
+    assert "not applied: calibration cal.json" in calibrated.sources["intra_node_link"]
 
 
 def test_every_probe_round_is_reported_with_the_factor():

@@ -154,7 +154,7 @@ def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
                                                "intra_node": {"type": "nvswitch"}}})
     result = simulate(replace(scenario, calibration=cal))
     assert result.step_time_p90_s / result.step_time_s == pytest.approx(math.exp(Z90 * math.hypot(*net)))
-    assert result.value_sources["p10 / p90 spread"].endswith(
+    assert result.value_sources["step_time_spread"].endswith(
         "noise.net.step_sigma 0.060, noise.net.launch_sigma 0.080")
     # a pooled file's interval names the spread between allocations beside the noise (its residual replaces
     # the launch noise): a user must read how much of the width is the machine they have not got yet
@@ -163,13 +163,13 @@ def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
         allocation_spread={"net": {"sigma": 0.1, "residual_sigma": 0.03}}), "z")))
     assert pooled.step_time_p90_s / pooled.step_time_s == pytest.approx(
         math.exp(Z90 * math.sqrt(net[0] ** 2 + 0.03 ** 2 + 0.1 ** 2)))
-    assert "allocation_spread.net.sigma (between allocations) 0.100" in pooled.value_sources["p10 / p90 spread"]
-    assert "launch_sigma" not in pooled.value_sources["p10 / p90 spread"]
+    assert "allocation_spread.net.sigma (between allocations) 0.100" in pooled.value_sources["step_time_spread"]
+    assert "launch_sigma" not in pooled.value_sources["step_time_spread"]
     # a calibration that measured no multi-node spread gives no interval, and says so
     without = simulate(replace(scenario, calibration=calibration_from_dict(
         dict(data, noise={"nvlink": {"step_sigma": nvlink[0], "launch_sigma": nvlink[1]}}), "y")))
     assert without.step_time_p10_s is None and without.step_time_p90_s is None
-    assert without.value_sources["p10 / p90 spread"].startswith("not measured: calibration y has no noise.net")
+    assert without.value_sources["step_time_spread"].startswith("not measured: calibration y has no noise.net")
     one_node = simulate(replace(scenario_from_dict({"workload": {"model": "mlp", "batch_size": 8},
                                                     "cluster": {"gpu": "H100-SXM", "gpus_per_node": 2,
                                                                 "intra_node": {"type": "nvswitch"}}}),

@@ -59,7 +59,7 @@ def _fitted_model_gets_the_fit(links, entry):
     resnet = _run("resnet50")
     step, sources = _step(resnet, calibration)
     assert step == pytest.approx(_step(resnet, links_only, FITTED)[0], rel=1e-9)
-    assert sources["DDP overheads"] == "calibration <test> overheads.nvlink"
+    assert sources["ddp_overheads"] == "calibration <test> overheads.nvlink"
     return calibration, links_only, _run("gpt2-124m")
 
 
@@ -67,7 +67,7 @@ def test_by_default_the_overheads_carry_to_another_model_and_the_sources_say_so(
     calibration, links_only, gpt2 = _fitted_model_gets_the_fit(links, {**FITTED, "models": ["resnet50"]})
     step, sources = _step(gpt2, calibration)
     assert step == pytest.approx(_step(gpt2, links_only, FITTED)[0], rel=1e-9)
-    assert "(fitted on resnet50, not on gpt2-124m: carried;" in sources["DDP overheads"]
+    assert "(fitted on resnet50, not on gpt2-124m: carried;" in sources["ddp_overheads"]
 
 
 def test_fitted_models_only_keeps_the_communication_terms_for_the_fitted_model(links):
@@ -80,8 +80,8 @@ def test_fitted_models_only_keeps_the_communication_terms_for_the_fitted_model(l
     assert step < 0.95 * _step(gpt2, links_only, FITTED)[0]  # the fitted stretch would have lengthened it
     assert step > 1.05 * _step(gpt2, links_only, {**other, "compute_slowdown": 1.0, "bucket_launch_s": 0.0,
                                                   "bucket_cpu_s": 0.0})[0]  # the host terms do apply
-    assert "without allreduce_stretch, comm_slowdown, idle_start_wait_s" in sources["DDP overheads"]
-    assert "resnet50, not gpt2-124m" in sources["DDP overheads"]
+    assert "without allreduce_stretch, comm_slowdown, idle_start_wait_s" in sources["ddp_overheads"]
+    assert "resnet50, not gpt2-124m" in sources["ddp_overheads"]
 
 
 def test_a_calibration_that_does_not_name_its_models_applies_to_every_model_and_says_so(links):
@@ -89,7 +89,7 @@ def test_a_calibration_that_does_not_name_its_models_applies_to_every_model_and_
     gpt2 = _run("gpt2-124m")
     step, sources = _step(gpt2, calibration)
     assert step == pytest.approx(_step(gpt2, _calibration(links, {}), FITTED)[0], rel=1e-9)
-    assert sources["DDP overheads"].startswith("calibration <test> overheads.nvlink (the file does not record the "
+    assert sources["ddp_overheads"].startswith("calibration <test> overheads.nvlink (the file does not record the "
                                                "models its terms were fitted on, so whether they hold for gpt2-124m "
                                                "is unknown")
 
@@ -99,7 +99,7 @@ def test_the_world_size_entry_names_its_own_models(links):
                             "by_world_size": {"2": {**FITTED, "models": ["resnet50"],
                                                     "comm_terms_fitted_models_only": True}}}}
     gpt2 = _run("gpt2-124m")
-    assert "resnet50, not gpt2-124m" in _step(gpt2, _calibration(links, overheads))[1]["DDP overheads"]
+    assert "resnet50, not gpt2-124m" in _step(gpt2, _calibration(links, overheads))[1]["ddp_overheads"]
 
 
 @pytest.mark.parametrize("models", ["resnet50", [], [""], [3]])

@@ -161,7 +161,7 @@ def test_world1_ddp_cost_lengthens_a_gradient_as_bucket_view_step_by_at_most_its
     before, _ = step_s(plain)
     after, sources = step_s(with_cost)
     assert 0.9 * extra_s <= after - before <= extra_s + 1e-9
-    assert "4.00 ms" in sources["DDP's per-rank work"]
+    assert "4.00 ms" in sources["ddp_per_rank_work"]
 
 
 def test_a_profile_taken_on_every_gpu_at_once_says_whose_times_it_holds(tmp_path):
@@ -226,7 +226,7 @@ def test_jitter_from_the_profile_is_the_lognormal_of_its_step_p10_p90(tmp_path):
     plain = simulate(prepare(_jitter_scenario(path)))
     assert from_profile.step_time_s == pytest.approx(by_hand.step_time_s, rel=1e-6)
     assert from_profile.step_time_s != pytest.approx(plain.step_time_s, rel=1e-6)  # the jitter did something
-    assert "from the step's p10..p90" in from_profile.value_sources["compute jitter"]
+    assert "from the step's p10..p90" in from_profile.value_sources["compute_jitter"]
     assert load_profile(write(tmp_path, PROFILE, "none.json")).step_jitter_cv is None
 
 

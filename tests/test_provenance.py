@@ -42,16 +42,16 @@ def _sources(tmp_path, text, *overrides):
 
 def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_path):
     sources = _sources(tmp_path, HALF_WRITTEN)
-    network = sources["inter-node network"]
+    network = sources["inter_node_network"]
     # the file wrote the NIC speed, not the latency, fabric type or NIC count
     assert "except ddpsim's defaults" in network
     assert "latency 5.0 us" in network and "type rail-fat-tree" in network and "nics_per_node one per GPU" in network
     assert "nic_bandwidth" not in network
     assert "duplex_factor 1" in network  # the endpoint taken as full duplex is named as a default too
     assert "nodes_per_leaf one leaf per rail" in network
-    intra = sources["intra-node link"]
+    intra = sources["intra_node_link"]
     assert "latency 3.0 us" in intra and "bandwidth" not in intra.split("defaults")[1]
-    overheads = sources["DDP overheads"]
+    overheads = sources["ddp_overheads"]
     assert overheads.startswith("ddpsim's defaults") and "bucket_launch (40.0 us, fitted on 4 x H200 NVLink)" in overheads
     assert "copy_bandwidth (70% of the GPU's memory bandwidth)" in overheads and "comm_slowdown (1, no effect)" in overheads
     assert "compute_efficiency 0.5, the H100 catalog's default, not measured" in sources["compute"]
@@ -60,15 +60,15 @@ def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_pat
 def test_a_scenario_that_writes_everything_is_cited_alone(tmp_path):
     sources = _sources(tmp_path, ALL_WRITTEN)
     path = str(tmp_path / "s.yaml")
-    for name in ("intra-node link", "inter-node network", "DDP overheads"):
+    for name in ("intra_node_link", "inter_node_network", "ddp_overheads"):
         assert sources[name] == f"scenario {path}", name
     assert "compute_efficiency 0.4, scenario" in sources["compute"]
 
 
 def test_a_set_override_counts_as_written(tmp_path):
     sources = _sources(tmp_path, HALF_WRITTEN, "cluster.inter_node.latency=9us")
-    assert "latency" not in sources["inter-node network"]
-    assert "type rail-fat-tree" in sources["inter-node network"]
+    assert "latency" not in sources["inter_node_network"]
+    assert "type rail-fat-tree" in sources["inter_node_network"]
 
 
 def test_run_prints_the_defaults_in_text_and_json(tmp_path):
@@ -78,7 +78,7 @@ def test_run_prints_the_defaults_in_text_and_json(tmp_path):
     run = subprocess.run([sys.executable, "-m", "ddpsim", "run", str(path), "--out", str(out)],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert "from: inter-node network" in run.stdout and "ddpsim's defaults" in run.stdout
+    assert "from: inter node network" in run.stdout and "ddpsim's defaults" in run.stdout
     # wrapped under its row, never wider than the table's value column
     assert max(len(line) for line in run.stdout.splitlines() if line.startswith("from: ")) < 140
     result = json.loads((out / "result.json").read_text())

@@ -172,7 +172,7 @@ def test_bad_inputs_exit_2_and_write_nothing(scenario_file, tmp_path, calls, cap
 
 def test_many_points_with_yes_pass_the_check(scenario_file):
     grid = ["ddp.bucket_cap_mb=" + ",".join(str(i) for i in range(1, 40)), "cluster.nodes=" + ",".join(map(str, range(1, 30)))]
-    _, points, _, _ = sweep.prepare_sweep(scenario_file, grid, yes=True)
+    _, points, _, _, _ = sweep.prepare_sweep(scenario_file, grid, yes=True)
     assert len(points) == 39 * 29
 
 

@@ -34,10 +34,10 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     terms (``NOT_CARRIED``) at no effect.
     None: the overheads apply whatever the model (the caller cannot name it)."""
     cluster = scenario.cluster
-    sources = {"intra-node link": intra_node_source(scenario), "DDP overheads": overheads_source(scenario),
-               "protocol table": "NCCL's defaults"}
+    sources = {"intra_node_link": intra_node_source(scenario), "ddp_overheads": overheads_source(scenario),
+               "protocol_table": "NCCL's defaults"}
     if cluster.nodes > 1:
-        sources["inter-node network"] = inter_node_source(scenario)
+        sources["inter_node_network"] = inter_node_source(scenario)
     calibration = scenario.calibration
     if calibration is None:
         return Calibrated(scenario, None, sources)
@@ -47,7 +47,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
         # one GPU per node has no intra-node link: every hop is the network's
         intra, table = cluster.intra_node, None
-        sources["intra-node link"] = "none (one GPU per node)"
+        sources["intra_node_link"] = "none (one GPU per node)"
     elif fitted is None:
         known = ", ".join(sorted(calibration.link_classes))
         raise ScenarioError(
@@ -55,35 +55,35 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         )
     else:
         intra = replace(cluster.intra_node, bandwidth_Bps=fitted.bandwidth_Bps, latency_s=fitted.latency_s)
-        sources["intra-node link"] = f"{cite} {where}" + _replaced_written(scenario, {
+        sources["intra_node_link"] = f"{cite} {where}" + _replaced_written(scenario, {
             "cluster.intra_node.bandwidth": (cluster.intra_node.bandwidth_Bps, intra.bandwidth_Bps, bandwidth_text),
             "cluster.intra_node.latency": (cluster.intra_node.latency_s, intra.latency_s, format_time),
         })
-        sources["protocol table"] = f"{cite} {where}"
+        sources["protocol_table"] = f"{cite} {where}"
         table = fitted.protocol_table
     inter = cluster.inter_node
     overhead_class = link_class
     if cluster.nodes > 1:
         network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
         if network is None:
-            sources["inter-node network"] = f"{sources['inter-node network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
+            sources["inter_node_network"] = f"{sources['inter_node_network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
         else:
             # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
             # the bandwidth each GPU gets through the network
             inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
                             duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
             written = cluster.inter_node
-            sources["network endpoint duplex"] = (
+            sources["network_endpoint_duplex"] = (
                 f"{cite} {net_where}.duplex_factor {inter.duplex_factor:.2f}: "
                 f"{network.raw.get('duplex_source', 'not recorded')}"
                 + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
                                                (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
             table = _with_network(table, network.protocol_table)
-            sources["inter-node network"] = f"{cite} {net_where}" + _replaced_written(scenario, {
+            sources["inter_node_network"] = f"{cite} {net_where}" + _replaced_written(scenario, {
                 "cluster.inter_node.nic_bandwidth": (written.nic_bandwidth_Bps, inter.nic_bandwidth_Bps, bandwidth_text),
                 "cluster.inter_node.latency": (written.latency_s, inter.latency_s, format_time),
             })
-            sources["protocol table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
+            sources["protocol_table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
             if INTER_NODE_LINK_CLASS in calibration.overheads:
                 overhead_class = INTER_NODE_LINK_CLASS
     values = calibration.overhead_values(overhead_class, cluster.world_size)
@@ -91,16 +91,16 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     other_model = model is not None and fitted_on is not None and model not in fitted_on
     if values and other_model and calibration.comm_terms_fitted_models_only(overhead_class, cluster.world_size):
         values = {name: (NO_EFFECT[name] if name in NOT_CARRIED else value) for name, value in values.items()}
-        sources["DDP overheads"] = (f"{cite} overheads.{overhead_class} without {', '.join(NOT_CARRIED)} (no "
+        sources["ddp_overheads"] = (f"{cite} overheads.{overhead_class} without {', '.join(NOT_CARRIED)} (no "
                                     f"effect: the calibration keeps them for the models they were fitted on, "
                                     f"{', '.join(fitted_on or [])}, not {model})")
     elif values and fitted_on is None:
         # a file written before the fitted models were recorded cannot say whether this model was among them
-        sources["DDP overheads"] = (f"{cite} overheads.{overhead_class} (the file does not record the models its "
+        sources["ddp_overheads"] = (f"{cite} overheads.{overhead_class} (the file does not record the models its "
                                     f"terms were fitted on, so whether they hold for {model or 'this model'} is "
                                     f"unknown; calibrate again to record them; {OTHER_MODEL_NOTE})")
     elif values:
-        sources["DDP overheads"] = f"{cite} overheads.{overhead_class}" + (
+        sources["ddp_overheads"] = f"{cite} overheads.{overhead_class}" + (
             f" (fitted on {', '.join(fitted_on or [])}, not on {model}: carried; {OTHER_MODEL_NOTE})"
             if other_model else "")
     overheads = replace(scenario.overheads, **values)
@@ -123,7 +123,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
                                  else group.intra_bandwidth_Bps)) for group in groups)
         if any(g.nic_bandwidth_Bps != inter.nic_bandwidth_Bps or g.intra_bandwidth_Bps != intra.bandwidth_Bps
                for g in groups):
-            sources["node groups"] = ("groups that wrote their own nic_bandwidth or intra_bandwidth keep them; "
+            sources["node_groups"] = ("groups that wrote their own nic_bandwidth or intra_bandwidth keep them; "
                                       f"{cite} measured one network and one kind of node")
     calibrated = replace(
         scenario, cluster=replace(cluster, intra_node=intra, inter_node=inter, node_groups=groups), overheads=overheads,
@@ -150,13 +150,13 @@ def _custom_topology_sources(sources: dict[str, str], intra: Any, inter: Any, mu
     """A custom graph routes over its own links: say so where the calibration fitted rates it cannot use
     (its protocol table and overheads still apply)."""
     custom = "custom topology (cluster.topology): each link's own bandwidth and latency"
-    sources["intra-node link"] = (f"{custom}; not applied: {sources['intra-node link']} "
+    sources["intra_node_link"] = (f"{custom}; not applied: {sources['intra_node_link']} "
                                   f"({intra.bandwidth_Bps / 1e9:.3g} GB/s)")
     if multi_node:
-        sources["inter-node network"] = (f"{custom}; not applied: {sources['inter-node network']} "
+        sources["inter_node_network"] = (f"{custom}; not applied: {sources['inter_node_network']} "
                                          f"({inter.nic_bandwidth_Bps / 1e9:.3g} GB/s)")
-    if "network endpoint duplex" in sources:
-        sources["network endpoint duplex"] = f"not applied (custom topology): {sources['network endpoint duplex']}"
+    if "network_endpoint_duplex" in sources:
+        sources["network_endpoint_duplex"] = f"not applied (custom topology): {sources['network_endpoint_duplex']}"
 
 
 def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) -> ProtocolTable | None:

@@ -319,6 +319,8 @@ def _models(entry: dict[str, Any], source: str, where: str) -> list[str] | None:
 CALIBRATION_KEYS = frozenset({
     "schema", "link_classes", "overheads", "calibration_subset", "noise", "measured_overheads", "noise_source",
     "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from", "collectives",
+    # the output contract's version fields (ddpsim.schemas.document); files written before them lack them
+    "kind", "schema_version", "ddpsim_version",
 })
 # the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
 SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")

@@ -508,16 +508,20 @@ def _ring_hops(world_size: int, gpus_per_node: int) -> tuple[int, int]:
     return len(path) - inter, inter
 
 
-def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any], meta: dict[str, Any]) -> None:
+def write_calibration(path: str, link_classes: dict[str, Any], overheads: dict[str, Any],
+                      meta: dict[str, Any]) -> dict[str, Any]:
+    """Write the calibration file (ddpsim/schemas/calibration.schema.json) and return what was written."""
     from ddpsim.jsonfile import non_finite_field
+    from ddpsim.schemas import document
 
-    data = {"schema": SCHEMA, "link_classes": link_classes, "overheads": overheads, **meta}
+    data = document("calibration", {"schema": SCHEMA, "link_classes": link_classes, "overheads": overheads, **meta})
     bad = non_finite_field(data)
     if bad:
         # json.dumps would write a bare NaN token, which no JSON reader (ddpsim's included) accepts
         raise ScenarioError("the fit gave a value that is not a finite number; nothing was written", file=path,
                             field=bad)
     atomic_write_text(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return data
 
 
 def fit_noise(runs: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -635,7 +635,8 @@ def _write_cache(path: str, data: dict[str, Any]) -> None:
 def write_pooled(path: str, data: dict[str, Any], spread: dict[str, Any]) -> None:
     """A pooled calibration file with its measured allocation spread."""
     from ddpsim.outdir import atomic_write_text
+    from ddpsim.schemas import document
 
-    out = {**data, "schema": SCHEMA, "allocation_spread": spread}
+    out = document("calibration", {**data, "schema": SCHEMA, "allocation_spread": spread})
     calibration_from_dict(out, path)  # what is written must read back
     atomic_write_text(path, json.dumps(out, indent=2, sort_keys=True) + "\n")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 from pathlib import Path
@@ -78,3 +79,14 @@ def share(text: str) -> float:
     if not 0 <= value <= 1:
         raise argparse.ArgumentTypeError(f"expected a share from 0 to 1, got {text!r}")
     return value
+
+
+def print_json(data: Any) -> None:
+    """A ``--json`` answer: one JSON object on stdout and nothing else."""
+    print(json.dumps(data, indent=2))
+
+
+def write_json(path: str, data: Any) -> None:
+    """A JSON document into a file of an ``--out`` folder's staging (the folder appears whole or not at all)."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps(data, indent=2) + "\n")

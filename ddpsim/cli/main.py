@@ -34,20 +34,11 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("ddpsim")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        from ddpsim import __version__
-
-        return __version__
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="ddpsim", description="Predict PyTorch DDP step time on a cluster.")
-    parser.add_argument("--version", action="version", version=f"ddpsim {_version()}")
+    from ddpsim.schemas import ddpsim_version
+
+    parser.add_argument("--version", action="version", version=f"ddpsim {ddpsim_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     from ddpsim.cli import plan, run, validate
 
@@ -60,6 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     measure = sub.add_parser("measure", help="measure a GPU host (all-reduce sweeps, your models' DDP steps) "
                              "for calibrate and validate", **PARSER_KW)  # type: ignore[arg-type]
     add_arguments(measure).set_defaults(handler=_measure)
+    # handled by main() before this parser (ddpsim/cli/measure_json.py); here for --help
+    measure.add_argument("--json", action="store_true",
+                         help="print one JSON object (what the folder holds at the end) on stdout; progress to stderr")
     return parser
 
 
@@ -108,7 +102,7 @@ def _check_out_paths(args: argparse.Namespace) -> None:
     would write nothing, or write into the current folder."""
     from ddpsim.outdir import check_out_path
 
-    for name in ("out", "trace"):
+    for name in ("out", "trace", "html"):
         value = getattr(args, name, None)
         if isinstance(value, str):
             check_out_path(value, f"--{name}")
@@ -135,6 +129,12 @@ def _sigterm_as_interrupt() -> Iterator[None]:
 def main(argv: Sequence[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
     if args_in[:1] == ["measure"]:
+        from ddpsim.cli.measure_json import JSON_FLAG
+
+        if JSON_FLAG in args_in[1:]:
+            from ddpsim.cli.measure_json import run as measure_json
+
+            return measure_json([a for a in args_in[1:] if a != JSON_FLAG])
         from ddpsim.measure.cli import main as measure
 
         return measure(args_in[1:])

@@ -8,15 +8,15 @@ one line and exits 2.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_command, add_scenario_args, finite_float
+from ddpsim.cli.args import add_command, add_scenario_args, finite_float, print_json, write_json
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import DDPSpec, field_specs
+from ddpsim.schemas import document
 
 EXIT_POINTS_FAILED = 1
 # --candidates obeys the same bounds as the scenario's ddp.bucket_cap_mb
@@ -61,7 +61,10 @@ def register(subparsers: Any) -> None:
         "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
         help="a scenario field and its values (YAML scalars); repeat for a cartesian product",
     )
-    sweep.add_argument("--out", required=True, metavar="DIR", help="sweep.csv, report.md, points/<hash>.json")
+    sweep.add_argument("--out", required=True, metavar="DIR",
+                       help="sweep.csv, sweep.json (sweep.parquet with pyarrow), report.md, report.html, points/")
+    sweep.add_argument("--json", action="store_true", help="print one JSON object (sweep.json) on stdout, nothing else")
+    sweep.add_argument("--html", metavar="FILE", help="also write the self-contained HTML report (plots inline) here")
     sweep.add_argument("--workers", type=int, metavar="N", help="local processes (default: all CPUs)")
     sweep.add_argument("--dask", metavar="ADDRESS", help="run the points on a Dask scheduler, e.g. tcp://host:8786")
     sweep.add_argument("--yes", action="store_true", help="allow more than 1000 points")
@@ -102,7 +105,9 @@ def register(subparsers: Any) -> None:
     scale.add_argument("--nodes", type=_int_list, required=True, metavar="N,N,...", help="e.g. 1,2,4,8,16")
     scale.add_argument("--price-per-gpu-hour", type=finite_float, metavar="PRICE", help="default: the scenario's")
     scale.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
-    scale.add_argument("--out", metavar="DIR", help="write scaling.json, scaling.md, scaling_efficiency.png")
+    scale.add_argument("--out", metavar="DIR",
+                       help="write scaling.json, scaling.md, report.html, scaling_efficiency.png")
+    scale.add_argument("--html", metavar="FILE", help="write the self-contained HTML report (plot inline) here")
     scale.set_defaults(handler=cmd_scale)
 
     var = add_command(subparsers, "variability", "step-time percentiles under jitter, stragglers, bad links", (
@@ -142,6 +147,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise KeyboardInterrupt(
             f"finished points are in {os.path.join(args.out, 'points')}; rerun the same command to resume"
         ) from None
+    if args.html:
+        from ddpsim.outdir import atomic_write_text
+
+        with open(os.path.join(args.out, "report.html"), encoding="utf-8") as handle:
+            atomic_write_text(args.html, handle.read())
+    # a sweep with failed points is not an answer for every point: scripts must be able to tell
+    status = EXIT_POINTS_FAILED if outcome.failed else 0
+    if args.json:
+        print_json(outcome.to_dict())
+        return status
     print(
         f"{len(outcome.outcomes)} points: {outcome.computed} simulated, {outcome.reused} reused, "
         f"{outcome.failed} failed"
@@ -150,9 +165,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if o.status != "ok":
             values = ", ".join(f"{k}={v}" for k, v in o.point.values.items())
             print(f"  {o.status}: {values}: {o.error}")
-    print(f"wrote {os.path.join(args.out, 'sweep.csv')}, report.md, points/")
-    # a sweep with failed points is not an answer for every point: scripts must be able to tell
-    return EXIT_POINTS_FAILED if outcome.failed else 0
+    print(f"wrote {os.path.join(args.out, 'sweep.csv')}, sweep.json, report.md, report.html, points/"
+          + (f"; {args.html}" if args.html else ""))
+    return status
 
 
 def cmd_tune_buckets(args: argparse.Namespace) -> int:
@@ -164,15 +179,15 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
     if args.candidates is not None and not args.candidates:
         raise ScenarioError("expected positive caps in MiB (or 'default')", file=args.scenario, field="--candidates")
     rec = recommend_bucket_cap(scenario, args.candidates)
+    data = document("tune-buckets", rec.to_dict(), scenario)
     if args.out:
         from ddpsim.outdir import atomic_dir
 
         with atomic_dir(args.out) as staging:
             plot_curve(rec, os.path.join(staging, "bucket_cap.png"))
-            with open(os.path.join(staging, "recommendation.json"), "w", encoding="utf-8") as handle:
-                json.dump(rec.to_dict(), handle, indent=2)
+            write_json(os.path.join(staging, "recommendation.json"), data)
     if args.json:
-        print(json.dumps(rec.to_dict(), indent=2))
+        print_json(data)
         return 0
     cap = "PyTorch's default" if rec.recommended_bucket_cap_mb is None else f"{rec.recommended_bucket_cap_mb:g} MiB"
     print(f"recommended bucket_cap_mb: {cap}")
@@ -198,9 +213,10 @@ def cmd_tune_strategy(args: argparse.Namespace) -> int:
     from ddpsim.report.tables import format_time, table
     from ddpsim.scenario import load_scenario
 
-    advice = advise_strategy(load_scenario(args.scenario, args.overrides))
+    scenario = load_scenario(args.scenario, args.overrides)
+    advice = advise_strategy(scenario)
     if args.json:
-        print(json.dumps(advice.to_dict(), indent=2))
+        print_json(document("tune-strategy", advice.to_dict(), scenario))
         return 0
     rows = [(o.strategy, format_time(o.step_time_s), f"{o.memory_bytes / 2**30:.1f} GiB",
              "yes" if o.fits else "NO", format_time(o.exposed_comm_s)) for o in advice.options]
@@ -220,7 +236,9 @@ def cmd_validate_fsdp(args: argparse.Namespace) -> int:
         calibration = read_calibration(args.calibration)
     rows = compare_fsdp_runs(read_fsdp_runs(args.runs), calibration)
     if args.json:
-        print(json.dumps([dict(vars(r), step_error=r.step_error, peak_error=r.peak_error) for r in rows], indent=2))
+        print_json(document("validate-fsdp", {
+            "runs_file": args.runs, "calibration": args.calibration,
+            "runs": [dict(vars(r), step_error=r.step_error, peak_error=r.peak_error) for r in rows]}))
         return 0
 
     def pct(value: float | None) -> str:
@@ -246,13 +264,15 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario, args.overrides)
     study = scaling_study(scenario, args.nodes, args.price_per_gpu_hour)
+    data = document("scale", study.to_dict(), scenario)
     if args.out:
         from ddpsim.outdir import atomic_dir
 
         with atomic_dir(args.out) as staging:
             plot_scaling(study, os.path.join(staging, "scaling_efficiency.png"))
-            with open(os.path.join(staging, "scaling.json"), "w", encoding="utf-8") as handle:
-                json.dump(study.to_dict(), handle, indent=2)
+            write_json(os.path.join(staging, "scaling.json"), data)
+            with open(os.path.join(staging, "report.html"), "w", encoding="utf-8") as handle:
+                handle.write(_scale_html(study, args.scenario, os.path.join(staging, "scaling_efficiency.png")))
             with open(os.path.join(staging, "scaling.md"), "w", encoding="utf-8") as handle:
                 handle.write(
                     f"# ddpsim scale: `{args.scenario}`\n\n{scaling_table(study, markdown=True)}\n\n"
@@ -260,8 +280,10 @@ def cmd_scale(args: argparse.Namespace) -> int:
                     f"Per-rank compute jitter: cv {study.jitter_cv:g} ({study.jitter_source}).\n\n"
                     "![scaling efficiency](scaling_efficiency.png)\n"
                 )
+    if args.html:
+        _write_scale_html(study, args.scenario, args.html)
     if args.json:
-        print(json.dumps(study.to_dict(), indent=2))
+        print_json(data)
         return 0
     print(scaling_table(study))
     print(f"per-rank compute jitter: cv {study.jitter_cv:g} ({study.jitter_source})")
@@ -271,6 +293,29 @@ def cmd_scale(args: argparse.Namespace) -> int:
         print("(no price: pass --price-per-gpu-hour or set price_per_gpu_hour in the scenario for cost)")
     _say_where_plot(args.out, "scaling_efficiency.png")
     return 0
+
+
+def _scale_html(study: Any, scenario_path: str, png: str) -> str:
+    from ddpsim.planning.scaling import scaling_table
+    from ddpsim.report.html import report_html
+    from ddpsim.schemas import ddpsim_version
+
+    notes = ["Efficiency: throughput per GPU relative to one node. Exposed comm: share of the step."]
+    notes += [f"warning: {w}" for w in study.warnings]
+    return report_html(f"ddpsim scale: {scenario_path}", notes, scaling_table(study, markdown=True),
+                       [(png, "Scaling efficiency")], meta=f"ddpsim {ddpsim_version()}")
+
+
+def _write_scale_html(study: Any, scenario_path: str, path: str) -> None:
+    import tempfile
+
+    from ddpsim.outdir import atomic_write_text
+    from ddpsim.planning.scaling import plot_scaling
+
+    with tempfile.TemporaryDirectory(prefix="ddpsim-scale-") as folder:
+        png = os.path.join(folder, "scaling_efficiency.png")
+        plot_scaling(study, png)
+        atomic_write_text(path, _scale_html(study, scenario_path, png))
 
 
 def cmd_variability(args: argparse.Namespace) -> int:
@@ -290,15 +335,15 @@ def cmd_variability(args: argparse.Namespace) -> int:
     )
     scenario = load_scenario(args.scenario, [*args.overrides, *extra])
     study = variability_study(scenario)
+    data = document("variability", study.to_dict(), scenario)
     if args.out:
         from ddpsim.outdir import atomic_dir
 
         with atomic_dir(args.out) as staging:
             plot_variability(study, os.path.join(staging, "step_time_histogram.png"))
-            with open(os.path.join(staging, "variability.json"), "w", encoding="utf-8") as handle:
-                json.dump(study.to_dict(), handle, indent=2)
+            write_json(os.path.join(staging, "variability.json"), data)
     if args.json:
-        print(json.dumps(study.to_dict(), indent=2))
+        print_json(data)
         return 0
     print(variability_table(study, scenario))
     _say_where_plot(args.out, "step_time_histogram.png")

@@ -9,7 +9,7 @@ import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_command, nonnegative_float, share
+from ddpsim.cli.args import add_command, nonnegative_float, print_json, share
 from ddpsim.errors import ScenarioError
 
 EXIT_FAILED_VALIDATION = 1
@@ -141,7 +141,12 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     }
     if sharded:
         meta["collectives"] = sharded
-    write_calibration(args.out, data["link_classes"], data["overheads"], meta)
+    written = write_calibration(args.out, data["link_classes"], data["overheads"], meta)
+    for warning in [*fit_warnings(data), *map(str, gaps)]:
+        print(f"warning: {warning}", file=sys.stderr)
+    if args.json:
+        print_json(written)
+        return 0
     _print_calibration(data["link_classes"], data["overheads"])
     for link_class, by_collective in sorted(meta.get("collectives", {}).items()):
         for collective, by_shape in sorted(by_collective.items()):
@@ -161,22 +166,17 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
             fitted = data["overheads"].get(link_class, {}).get(term)
             print(f"{link_class}: {term} measured {measured_term['value']:.2f} ({how[term].format(measured_term['runs'])})"
                   + (f", fitted {fitted:.2f}" if fitted is not None else ""))
-    for warning in fit_warnings(data):
-        print(f"warning: {warning}", file=sys.stderr)
-    for gap in gaps:
-        print(f"warning: {gap}", file=sys.stderr)
     print(f"\nwrote {args.out}")
     return 0
 
 
 def _recentre(args: argparse.Namespace) -> int:
     """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
-    import json
-
     from ddpsim.calibration.file import calibration_from_dict
     from ddpsim.calibration.pool import probe_calibration
     from ddpsim.jsonfile import non_finite_field, read_json_object
     from ddpsim.outdir import atomic_write_text
+    from ddpsim.schemas import document
 
     for option, on in (("--calibration-caps", args.calibration_caps is not None), ("--links-only", args.links_only),
                        ("--nccl-tests", bool(args.nccl_tests)), ("--noise-from", bool(args.noise_from))):
@@ -195,11 +195,15 @@ def _recentre(args: argparse.Namespace) -> int:
     if bad:
         raise ScenarioError("the re-centred calibration holds a value that is not a finite number; nothing was "
                             "written", file=args.out, field=bad)
+    data = document("calibration", data)
     atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
-    probed = data.get("probed_from", {}).get("parts", [])
-    print(f"re-centred {args.recentre} on the probe {args.data_dir}: {', '.join(probed) or 'nothing'}")
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
+    if args.json:
+        print_json(data)
+        return 0
+    probed = data.get("probed_from", {}).get("parts", [])
+    print(f"re-centred {args.recentre} on the probe {args.data_dir}: {', '.join(probed) or 'nothing'}")
     print(f"\nwrote {args.out}")
     return 0
 
@@ -295,7 +299,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
                            jobs=jobs, caps_given=given, **tolerances)
     else:
         v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
-    print(json.dumps(validation_dict(v), indent=2) if args.json else validation_text(v))
+    if args.json:
+        print_json(validation_dict(v))
+    else:
+        print(validation_text(v))
     if args.out:
         write_validation_dir(v, args.out)
         if not args.json:
@@ -334,6 +341,8 @@ def register(sub: Any) -> None:
                           "to fit as well (repeatable); options: type=T and redop=R choose one sweep of a -d all / -o all "
                           "file, op=C names the binary of a file that does not, in-place reads the in-place columns")
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
+    cal.add_argument("--json", action="store_true",
+                     help="print the calibration written (one JSON object) on stdout, nothing else; notes to stderr")
     cal.add_argument("--recentre", metavar="FILE",
                      help="re-centre FILE (a pooled calibration, e.g. validation/calibration-h100-pooled.json) on "
                           "DATA_DIR's all-reduce sweeps: the probe of a fresh allocation (ddpsim measure --plan probe)")

@@ -18,7 +18,10 @@ from ddpsim.report.tables import table
 
 
 def validation_dict(v: Validation) -> dict[str, Any]:
-    return {
+    """The ``validation`` document (ddpsim/schemas/validation.schema.json)."""
+    from ddpsim.schemas import document
+
+    return document("validation", {
         "passed": v.passed,
         "failures": v.failures,
         "cross": v.cross,
@@ -37,7 +40,7 @@ def validation_dict(v: Validation) -> dict[str, Any]:
         "recommendation": v.recommendation,
         "layouts_checked": v.layouts_checked,
         "layout_mismatches": v.layout_mismatches,
-    }
+    })
 
 
 def _error_stats(rows: Sequence[RunRow]) -> tuple[float, float, float]:

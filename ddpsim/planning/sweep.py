@@ -28,28 +28,19 @@ from typing import Any, TextIO
 import yaml
 
 from ddpsim.errors import ScenarioError
+from ddpsim.planning.sweep_results import RESULT_COLUMNS, jsonable
 from ddpsim.scenario import apply_overrides, read_scenario_dict, scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 
 MAX_POINTS_WITHOUT_CONFIRMATION = 1000
-RESULT_COLUMNS = (
-    "step_time_s",
-    "forward_s",
-    "backward_s",
-    "optimizer_s",
-    "comm_time_s",
-    "exposed_comm_s",
-    "samples_per_s",
-    "tokens_per_s",
-    "fits_in_memory",
-)
 STATUS_OK, STATUS_ERROR, STATUS_INVALID = "ok", "error", "invalid"
 DASK_CONNECT_TIMEOUT_S = 5
 DASK_NO_WORKERS_S = 30  # with no worker this long, the remaining points fail (reported well within 60 s)
 DASK_POLL_S = 1.0
 # Bump when the per-point JSON or the simulator changes meaning, so old points are not reused.
 # 2: torch model sources in the key; results carry the copy-out and wait parts of the step.
-POINT_FORMAT = 2
+# 3: results are run-result documents of schema_version 2 (resolved scenario, parameter names per bucket).
+POINT_FORMAT = 3
 
 
 @dataclass(frozen=True)
@@ -86,6 +77,7 @@ class SweepOutcome:
     out: str
     axes: list[GridAxis]
     outcomes: list[PointOutcome]
+    scenario: Scenario | None = None  # the base scenario (with --set), before each point's grid values
 
     @property
     def computed(self) -> int:
@@ -98,6 +90,22 @@ class SweepOutcome:
     @property
     def failed(self) -> int:
         return sum(1 for o in self.outcomes if o.status != STATUS_OK)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``sweep`` document (ddpsim/schemas/sweep.schema.json): every point's grid values, status and
+        metrics; each ok point's whole result is points/<point>.json."""
+        from ddpsim.schemas import document
+
+        return document("sweep", {
+            "out": self.out,
+            "axes": [{"field": a.field, "values": [jsonable(v) for v in a.values]} for a in self.axes],
+            "counts": {"points": len(self.outcomes), "simulated": self.computed, "reused": self.reused,
+                       "failed": self.failed},
+            "points": [{"index": o.point.index, "grid": {k: jsonable(v) for k, v in o.point.values.items()},
+                        "status": o.status, "error": o.error, "cached": o.cached, "point": o.point.hash,
+                        "metrics": {name: o.metrics.get(name) for name in RESULT_COLUMNS} if o.metrics else {}}
+                       for o in self.outcomes],
+        }, self.scenario)
 
 
 def parse_grid(specs: Sequence[str], file: str = "--grid") -> list[GridAxis]:
@@ -292,8 +300,9 @@ def _load_cached(out: str, point: SweepPoint) -> dict[str, Any] | None:
 
 def _save_point(out: str, point: SweepPoint, raw: dict[str, Any]) -> None:
     from ddpsim.outdir import atomic_write_text
+    from ddpsim.schemas import document
 
-    record = {
+    record = document("sweep-point", {
         "format": POINT_FORMAT,
         "hash": point.hash,
         "grid": point.values,
@@ -301,7 +310,7 @@ def _save_point(out: str, point: SweepPoint, raw: dict[str, Any]) -> None:
         "error": raw.get("error", ""),
         "result": raw.get("result"),
         "scenario": point.data,
-    }
+    })
     atomic_write_text(_point_path(out, point.hash), json.dumps(record, indent=1, default=str))
 
 
@@ -473,12 +482,13 @@ def _check_names(scenario: Scenario) -> None:
 
 def prepare_sweep(
     scenario_path: str, grid_specs: Sequence[str], overrides: Iterable[str] = (), yes: bool = False
-) -> tuple[list[GridAxis], list[SweepPoint], str, str]:
+) -> tuple[list[GridAxis], list[SweepPoint], str, str, Scenario]:
     """Parse and validate everything a sweep needs before any file is written."""
     axes = parse_grid(grid_specs, scenario_path)
     base = apply_overrides(read_scenario_dict(scenario_path), overrides, scenario_path)
     base_dir = os.path.dirname(os.path.abspath(scenario_path))
-    _check_names(scenario_from_dict(base, file=scenario_path, base_dir=base_dir))  # the base must be valid
+    base_scenario = scenario_from_dict(base, file=scenario_path, base_dir=base_dir)
+    _check_names(base_scenario)  # the base must be valid
     count = point_count(axes)
     if count > MAX_POINTS_WITHOUT_CONFIRMATION and not yes:
         raise ScenarioError(
@@ -488,7 +498,7 @@ def prepare_sweep(
         )
     points = expand_grid(base, axes, scenario_path)
     validate_points(points, axes, scenario_path, base_dir)
-    return axes, points, scenario_path, base_dir
+    return axes, points, scenario_path, base_dir, base_scenario
 
 
 def run_sweep(
@@ -503,7 +513,7 @@ def run_sweep(
 ) -> SweepOutcome:
     """Run (or resume) a sweep into ``out``: points/<hash>.json as they finish, then sweep.csv and
     report.md at the end. Raises ScenarioError before writing anything if the inputs are wrong."""
-    axes, points, file, base_dir = prepare_sweep(scenario_path, grid_specs, overrides, yes)
+    axes, points, file, base_dir, base = prepare_sweep(scenario_path, grid_specs, overrides, yes)
     from ddpsim.outdir import check_out_path, removed_if_left_empty
 
     check_out_path(out)
@@ -511,7 +521,7 @@ def run_sweep(
     try:
         # a sweep that fails before its first point is saved leaves no empty folders behind
         with removed_if_left_empty(out, os.path.join(out, "points")):
-            return _execute(axes, points, file, base_dir, out, workers, client, progress)
+            return _execute(axes, points, file, base_dir, out, workers, client, progress, base)
     finally:
         if client is not None:
             client.close()
@@ -526,6 +536,7 @@ def _execute(
     workers: int | None,
     client: Any,
     progress_stream: TextIO | None,
+    base: Scenario | None = None,
 ) -> SweepOutcome:
     outcomes: dict[int, PointOutcome] = {}
     todo: list[SweepPoint] = []
@@ -570,7 +581,7 @@ def _execute(
         bar.update(failed=twin.status != STATUS_OK)
 
     ordered = [outcomes[p.index] for p in points]
-    summary = SweepOutcome(out, list(axes), ordered)
+    summary = SweepOutcome(out, list(axes), ordered, base)
     write_summary(summary)
     return summary
 
@@ -595,15 +606,25 @@ def _cell(value: Any) -> str:
 
 
 def write_summary(outcome: SweepOutcome) -> None:
-    """sweep.csv, report.md and its figures, all moved into ``out`` together at the end."""
+    """sweep.csv, sweep.json (and sweep.parquet with pyarrow), report.md, report.html and the figures, all
+    moved into ``out`` together at the end."""
     from ddpsim.outdir import atomic_dir
+    from ddpsim.planning.sweep_results import write_sweep_data
+    from ddpsim.report.html import report_html
+    from ddpsim.schemas import ddpsim_version
 
     with atomic_dir(outcome.out) as staging:
         with open(os.path.join(staging, "sweep.csv"), "w", encoding="utf-8") as handle:
             handle.write(csv_text(outcome))
+        data_files = write_sweep_data(outcome.to_dict(), staging)
         figures = _figures(outcome, staging)
         with open(os.path.join(staging, "report.md"), "w", encoding="utf-8") as handle:
-            handle.write(report_markdown(outcome, figures))
+            handle.write(report_markdown(outcome, figures, data_files))
+        page = report_html("ddpsim sweep", [_overview(outcome, data_files)], points_table(outcome),
+                           [(os.path.join(staging, name), title) for name, title in figures],
+                           meta=f"ddpsim {ddpsim_version()}; scenario {outcome.scenario.source if outcome.scenario else '?'}")
+        with open(os.path.join(staging, "report.html"), "w", encoding="utf-8") as handle:
+            handle.write(page)
 
 
 _MAX_SERIES = 12
@@ -661,7 +682,14 @@ _BREAKDOWN = (
 )
 
 
-def report_markdown(outcome: SweepOutcome, figures: Sequence[tuple[str, str]]) -> str:
+def _overview(outcome: SweepOutcome, data_files: Sequence[str] = ("sweep.json",)) -> str:
+    return (f"{len(outcome.outcomes)} points over " + ", ".join(a.field for a in outcome.axes)
+            + f"; {outcome.failed} failed. Raw numbers: sweep.csv, " + ", ".join(data_files)
+            + "; one result per point in points/.")
+
+
+def points_table(outcome: SweepOutcome) -> str:
+    """Every point in a markdown table: its grid values, step time, exposed comm, throughput, memory, status."""
     from ddpsim.report.tables import table
     from ddpsim.units import format_time
 
@@ -680,14 +708,11 @@ def report_markdown(outcome: SweepOutcome, figures: Sequence[tuple[str, str]]) -
                 o.status if ok else f"{o.status}: {o.error}".replace("|", "/"),
             ]
         )
-    lines = [
-        "# ddpsim sweep",
-        "",
-        f"{len(outcome.outcomes)} points over " + ", ".join(f"`{a.field}`" for a in outcome.axes)
-        + f"; {outcome.failed} failed. Raw numbers: `sweep.csv`; one result per point in `points/`.",
-        "",
-        table(headers, rows, markdown=True),
-        "",
-    ]
+    return table(headers, rows, markdown=True)
+
+
+def report_markdown(outcome: SweepOutcome, figures: Sequence[tuple[str, str]],
+                    data_files: Sequence[str] = ("sweep.json",)) -> str:
+    lines = ["# ddpsim sweep", "", _overview(outcome, data_files), "", points_table(outcome), ""]
     lines += [f"![{title}]({name})\n" for name, title in figures]
     return "\n".join(lines)

@@ -92,7 +92,8 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
     if result.step_time_p10_s is not None and result.step_time_p90_s is not None:
         rows.insert(1 + [r[0] for r in rows].index("step time"), (
             "  p10 / p90 as measured", f"{format_time(result.step_time_p10_s)} / {format_time(result.step_time_p90_s)}"))
-    rows += [(f"from: {name}", source) for name, source in result.value_sources.items()]
+    # the JSON keys are identifiers (the run-result schema's); a reader of the table gets words
+    rows += [(f"from: {name.replace('_', ' ')}", source) for name, source in result.value_sources.items()]
     return rows
 
 

@@ -18,6 +18,7 @@ from ddpsim.hardware.compute import StepCompute
 from ddpsim.intervals import union_length
 from ddpsim.results import CollectiveRecord, Result
 from ddpsim.scenario.schema import Scenario
+from ddpsim.schemas import resolved_scenario
 from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, shard_groups
 from ddpsim.sharded.costs import layer_seconds, sharded_optimizer_s
 from ddpsim.sharded.memory import (
@@ -124,10 +125,10 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
     compute_spans = [(a, b) for a, b, _label in trace.compute_intervals]
     protocols = sorted({c.protocol for c in trace.collectives})
     notes = {
-        "data parallelism": _strategy_text(parallel.strategy, n, parallel.shard_group, precision, len(units)),
+        "data_parallelism": _strategy_text(parallel.strategy, n, parallel.shard_group, precision, len(units)),
         "activations": ("the workload's own count of what autograd saves (zoo) or the torch importer's estimate, "
                         "not measured"),
-        "sharded overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
+        "sharded_overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
                               f"while both run; compute {scenario.overheads.compute_slowdown:g}x slower while one is in "
                               "flight (overheads.compute_slowdown, from DDP's all-reduces: see DDP overheads); DDP's "
                               "bucket terms not applied; FSDP2's host work per parameter tensor "
@@ -157,7 +158,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         strategy=parallel.strategy,
         collectives=[CollectiveRecord(c.kind, c.unit, c.bytes, c.protocol, c.start_s, c.end_s)
                      for c in trace.collectives],
-        memory_by_strategy=totals, recommended_strategy=recommended,
+        memory_by_strategy=totals, recommended_strategy=recommended, resolved_scenario=resolved_scenario(scenario),
     )
 
 
