@@ -104,6 +104,11 @@ def prepare(scenario: Scenario) -> Prepared:
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
                                          measured_how),
                **calibrated.sources}
+    if nvls is not None and scenario.cluster.world_size > 1:
+        # on by default as NCCL has it, which a planner of a cluster that turns it off must see
+        sources["nvls"] = (f"NVLink SHARP weighed by auto (cluster.intra_node.nvls {scenario.cluster.intra_node.nvls}: "
+                           f"{gpu.name} on NVSwitch has it and NCCL turns it on by default; NCCL's nvlsEfficiency "
+                           f"{nvls.efficiency:g}); write nvls: off for a cluster run with NCCL_NVLS_ENABLE=0")
     if scenario.cluster.world_size > 1:
         sources["ddp_per_rank_work"] = _per_rank_source(scenario, workload, gpu, measured_in)
         if scenario.ddp.comm_hook != "none":
