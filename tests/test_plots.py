@@ -48,7 +48,8 @@ def test_scaling_ticks_are_gpu_counts(tmp_path, monkeypatch):
     real = plots.line_plot
     monkeypatch.setattr(plots, "line_plot", lambda *a, **k: drawn.append(real(*a, **k)))
     counts = [8, 16, 32, 64, 128, 256, 512]
-    study = SimpleNamespace(points=[SimpleNamespace(gpus=g, efficiency=1.0 - 0.02 * i) for i, g in enumerate(counts)])
+    study = SimpleNamespace(points=[SimpleNamespace(gpus=g, efficiency=1.0 - 0.02 * i) for i, g in enumerate(counts)],
+                            no_jitter=[], jitter_cv=0.0)
     plot_scaling(study, str(tmp_path / "s.png"))  # type: ignore[arg-type]
     ax = drawn[0].axes[0]
     assert ax.get_xscale() == "log"  # a 64x range: the points stay evenly spaced

@@ -63,8 +63,9 @@ MAX_RANK_STEPS = 1_000_000  # simulated ranks x iterations: each keeps a trace i
 class WorkloadSpec:
     """What runs on each GPU."""
 
-    model: str = spec("model", "text", 'a zoo name ("resnet50"), "torch:package.module:factory" or '
-                      '"profile:measured.json"', REQUIRED)
+    model: str = spec("model", "text", 'a zoo name ("resnet50"), "torch:package.module:factory", "hf:GPT2Config" (a '
+                      'Hugging Face config or model class, config.json or cached hub name), "profile:measured.json" '
+                      'or "trace:step.json.gz" (a torch.profiler trace)', REQUIRED)
     batch_size: int = spec("batch_size", "int", "samples per GPU per micro-step", REQUIRED,
                            minimum=1, maximum=1_048_576)
     precision: str = spec("precision", "choice", "autocast; gradients stay fp32 as in PyTorch AMP", "fp32",
