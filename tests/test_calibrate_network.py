@@ -9,10 +9,10 @@ import pytest
 
 from ddpsim import load_scenario, simulate
 from ddpsim.calibration.apply import apply_calibration
-from ddpsim.calibration.curvefit import ProtocolFit, envelope_s
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.calibration.fit import fit_links
 from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.collectives.curves import ProtocolFit, envelope_s
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # a network far slower than NVLink: per-hop latency dominates small sizes, bandwidth large ones

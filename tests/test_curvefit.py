@@ -2,7 +2,8 @@
 
 import pytest
 
-from ddpsim.calibration.curvefit import ProtocolFit, envelope_s, fit_protocols
+from ddpsim.calibration.curvefit import fit_protocols
+from ddpsim.collectives.curves import ProtocolFit, envelope_s
 
 
 def test_recovers_three_protocol_envelope_exactly():

@@ -317,3 +317,42 @@ def test_an_unnamed_two_gpu_all_reduce_must_be_named(tmp_path, capsys):
     assert main(["calibrate", "--nccl-tests", f"{path}:nvlink:2:op=all_reduce", "--links-only", "--out", str(out)]) == 0
     # the library's all-reduce reader is asked for an all-reduce: the columns fit one
     assert len(read_nccl_tests(path, "nvlink", 2)) == len(read_nccl_tests(source, "nvlink", 2))
+
+
+def test_a_sharded_step_takes_the_measured_reduce_scatter_and_all_gather_curves(tmp_path, capsys, monkeypatch):
+    import ddpsim.sharded.simulate as sharded
+    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.simulation import simulate
+
+    files = [_write(tmp_path, f"{c}.txt", perf_text(c)) for c in ("reduce_scatter", "all_gather")]
+    out = tmp_path / "c.json"
+    argv = ["calibrate", "--nccl-tests", f"{ALLREDUCE_W4}:nvlink:4", "--links-only", "--out", str(out)]
+    for path in files:
+        argv += ["--nccl-tests", f"{path}:nvlink:4"]
+    assert main(argv) == 0, capsys.readouterr().err
+    seen = []
+    real = sharded.simulate_step
+    monkeypatch.setattr(sharded, "simulate_step", lambda costs, sizes: seen.append((costs, sizes)) or real(costs, sizes))
+
+    def step(calibration):
+        spec = {"workload": {"model": "gpt2-124m", "batch_size": 4}, "parallel": {"strategy": "zero3"},
+                "cluster": {"gpu": "H200", "gpus_per_node": RANKS, "intra_node": {"type": "nvswitch", "nvls": "off"}},
+                "calibration": str(calibration)}
+        return simulate(scenario_from_dict(spec, file=str(tmp_path / "s.yaml")))
+
+    result = step(out)
+    costs, sizes = seen[-1]
+    # every unit's collective is the fixture's own closed form: 20 us + S (n-1)/n / 300 GB/s (the fit within 5%)
+    for (ag_bytes, rs_bytes, _replica), ag, rs in zip(sizes, costs.all_gather, costs.reduce_scatter, strict=True):
+        assert ag.seconds * 1e6 == pytest.approx(_time_us("all_gather", ag_bytes), rel=0.05)
+        assert rs.seconds * 1e6 == pytest.approx(_time_us("reduce_scatter", rs_bytes), rel=0.05)
+    assert "measured curves" in result.value_sources["sharded_collectives"]
+    assert "collectives.nvlink.reduce_scatter.1x4" in result.value_sources["sharded_collectives"]
+    # the same calibration without the curves prices them from the all-reduce model, and says so
+    data = json.loads(out.read_text())
+    del data["collectives"]
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    without = step(bare)
+    assert "priced as half a ring all-reduce" in without.value_sources["sharded_collectives"]
+    assert seen[-1][0].reduce_scatter[0].seconds != pytest.approx(costs.reduce_scatter[0].seconds, rel=0.01)

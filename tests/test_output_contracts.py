@@ -263,7 +263,7 @@ def _fields(node, where=""):
 # removed or renamed: move that kind's schema_version, say what changed in docs/reference.md ("Output
 # contracts"), then update its line.
 FIELDS_AT_VERSION = {
-    "run-result": (2, "73a84bf00f26"),
+    "run-result": (2, "7ea7133007d7"),
     "sweep": (1, "91e089923235"),
     "sweep-point": (1, "39539896b787"),
     "scale": (1, "3a014881e068"),

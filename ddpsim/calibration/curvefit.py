@@ -16,11 +16,11 @@ The three curves are named LL, LL128, Simple in order of bandwidth, as NCCL's pr
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from ddpsim.collectives.curves import ProtocolFit
 from ddpsim.errors import ScenarioError
 
 PROTOCOL_NAMES = ("ll", "ll128", "simple")
@@ -31,25 +31,6 @@ _FLOOR_S = 1e-9  # smallest latency the fit may use (log space needs a positive 
 # bounds of (base s, hop s, s per byte): 1 ns .. 1 s latencies, 100 kB/s .. 100 TB/s bandwidths
 _LOG_LOW = np.log(np.array([1e-9, 1e-9, 1e-14]))
 _LOG_HIGH = np.log(np.array([1.0, 1.0, 1e-5]))
-
-
-@dataclass(frozen=True)
-class ProtocolFit:
-    base_s: float
-    hop_s: float
-    busbw_Bps: float
-    passes: int = 2  # passes of the ring: all-reduce 2 (reduce-scatter then all-gather), either alone 1
-
-    def time_s(self, n_bytes: float, world_size: int) -> float:
-        steps = self.passes * (world_size - 1)
-        return self.base_s + steps * self.hop_s + n_bytes * steps / world_size / self.busbw_Bps
-
-
-def envelope_s(
-    fits: dict[str, ProtocolFit], n_bytes: float, world_size: int, floor_s: float = 0.0
-) -> tuple[float, str]:
-    best = min(fits, key=lambda p: fits[p].time_s(n_bytes, world_size))
-    return max(floor_s, fits[best].time_s(n_bytes, world_size)), best
 
 
 CALIBRATE_EXTRA = "pip install 'ddpsim[calibrate]'"

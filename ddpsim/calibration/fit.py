@@ -23,7 +23,6 @@ import numpy as np
 from ddpsim.calibration.curvefit import (
     PROTOCOL_NAMES,
     UNBOUNDED_BPS,
-    envelope_s,
     fit_nonnegative,
     fit_protocol_rows,
     fit_protocols,
@@ -33,6 +32,7 @@ from ddpsim.calibration.measured_scenarios import run_class
 from ddpsim.calibration.measurements import AllReduceSample, launch_key
 from ddpsim.calibration.netprobe import duplex_factor
 from ddpsim.collectives import ProtocolTable
+from ddpsim.collectives.curves import envelope_s
 from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.collectives.schedules import build_schedule, tree_depth, tree_max_degree
 from ddpsim.errors import ScenarioError

@@ -18,18 +18,18 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ddpsim.calibration.curvefit import ProtocolFit, envelope_s, fit_protocols
+from ddpsim.calibration.curvefit import fit_protocols
 from ddpsim.calibration.file import SHARDED_COLLECTIVES
 from ddpsim.calibration.fit import MIN_BANDWIDTH_SPAN, MIN_FIT_BYTES, shape_key
 from ddpsim.calibration.nccl_tests import NcclTestsSweep
+from ddpsim.collectives.curves import envelope_s
 from ddpsim.errors import ScenarioError
+from ddpsim.sharded.collectives import measured_price
 
 
 def curve_time_s(entry: dict[str, Any], nbytes: float, world_size: int) -> float:
     """Seconds of one reduce-scatter or all-gather of an ``nbytes`` (unsharded) buffer on a fitted entry's curve."""
-    fits = {p: ProtocolFit(f["base_latency_s"], f["hop_latency_s"], f["bus_bandwidth_Bps"], passes=1)
-            for p, f in entry["protocol_fits"].items()}
-    return envelope_s(fits, nbytes, world_size, entry["call_floor_s"])[0]
+    return measured_price(entry, nbytes, world_size).seconds
 
 
 def fit_sharded_collectives(sweeps: Sequence[NcclTestsSweep]) -> dict[str, dict[str, dict[str, Any]]]:

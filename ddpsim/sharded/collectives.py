@@ -17,8 +17,10 @@ an all-reduce of each reduce-scattered shard among the GPUs of the same local ra
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from ddpsim.collectives import CollectiveModel
+from ddpsim.collectives.curves import ProtocolFit, envelope_s
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology
 
@@ -54,6 +56,17 @@ def half_ring_price(model: CollectiveModel, nbytes: float, protocol: str = "auto
             best = price
     assert best is not None
     return best
+
+
+def measured_price(entry: dict[str, Any], nbytes: float, world_size: int) -> Price:
+    """An all-gather or reduce-scatter of an ``nbytes`` (unsharded) buffer on a calibration's measured curve of
+    that collective (nccl-tests ``*_perf``, fitted per protocol as one pass of the ring: ``sharded_fit``), which
+    replaces the half-ring price where the shape was measured. Latency part: the curve at zero bytes."""
+    fits = {proto: ProtocolFit(fit["base_latency_s"], fit["hop_latency_s"], fit["bus_bandwidth_Bps"], passes=1)
+            for proto, fit in entry["protocol_fits"].items()}
+    total_s, proto = envelope_s(fits, nbytes, world_size, entry["call_floor_s"])
+    latency_s = min(total_s, envelope_s(fits, 0.0, world_size, entry["call_floor_s"])[0])
+    return Price(latency_s, total_s - latency_s, proto)
 
 
 def allreduce_price(model: CollectiveModel, nbytes: float, algorithm: str = "auto", protocol: str = "auto") -> Price:

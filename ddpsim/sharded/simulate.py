@@ -10,6 +10,7 @@ term was fitted on DDP runs; no FSDP run has been measured against them yet, and
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from ddpsim.collectives import CollectiveModel
 from ddpsim.errors import ScenarioError
@@ -17,9 +18,10 @@ from ddpsim.hardware.catalog import GPUSpec
 from ddpsim.hardware.compute import StepCompute
 from ddpsim.intervals import union_length
 from ddpsim.results import CollectiveRecord, Result
+from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.schema import Scenario
 from ddpsim.schemas import resolved_scenario
-from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, shard_groups
+from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, measured_price, shard_groups
 from ddpsim.sharded.costs import layer_seconds, sharded_optimizer_s
 from ddpsim.sharded.memory import (
     Precision,
@@ -71,6 +73,30 @@ def zero1_optimizer_s(scenario: Scenario, workload: Workload, gpu: GPUSpec, comp
     return sharded_optimizer_s(workload, gpu, compute.optimizer_s, n), exchange.seconds
 
 
+def _measured_curves(scenario: Scenario, over_world: bool, sources: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """The calibration's measured all-gather and reduce-scatter curves of this cluster's link class and shape
+    (nccl-tests, ``ddpsim calibrate --nccl-tests``), where it has them and the shard group is the world; the
+    sources say which priced the step."""
+    cluster, calibration = scenario.cluster, scenario.calibration
+    link_class = step_link_class(cluster.nodes, link_class_of_type(cluster.intra_node.type))
+    shape = f"{cluster.nodes}x{cluster.world_size // cluster.nodes}"
+    found = {}
+    if calibration is not None and over_world:
+        for collective in ("all_gather", "reduce_scatter"):
+            entry = calibration.collective_curve(link_class, collective, cluster.world_size, cluster.nodes)
+            if entry is not None:
+                found[collective] = entry
+    measured = [f"calibration {calibration.source} collectives.{link_class}.{c}.{shape}" for c in found] \
+        if calibration is not None else []
+    missing = [c for c in ("all_gather", "reduce_scatter") if c not in found]
+    sources["sharded_collectives"] = "; ".join(
+        ([f"measured curves: {', '.join(measured)}"] if measured else [])
+        + ([f"{' and '.join(missing)} priced as half a ring all-reduce of the all-reduce model (no measured curve "
+            f"of {link_class} {shape}{'' if over_world else ' for a shard group inside the world'}: "
+            "ddpsim calibrate --nccl-tests with reduce_scatter_perf / all_gather_perf output)"] if missing else []))
+    return found
+
+
 def _check(scenario: Scenario) -> None:
     sim = scenario.simulation
     for name, on in (("simulation.jitter_cv", sim.jitter_cv > 0), ("simulation.jitter_from_profile",
@@ -97,8 +123,16 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
     rs_bytes = [u.numel * precision.reduce_bytes for u in units]
     replica_bytes = [b / n for b in rs_bytes]
     none = Price(0.0, 0.0, "none")
-    all_gather = tuple(half_ring_price(groups.shard, b, protocol) if communicating else none for b in ag_bytes)
-    reduce_scatter = tuple(half_ring_price(groups.shard, b, protocol) if communicating else none for b in rs_bytes)
+    curves = _measured_curves(scenario, groups.replicate is None, sources) if communicating else {}
+
+    def price(collective: str, nbytes: float) -> Price:
+        if not communicating:
+            return none
+        entry = curves.get(collective)
+        return measured_price(entry, nbytes, n) if entry else half_ring_price(groups.shard, nbytes, protocol)
+
+    all_gather = tuple(price("all_gather", b) for b in ag_bytes)
+    reduce_scatter = tuple(price("reduce_scatter", b) for b in rs_bytes)
     replica = tuple(allreduce_price(groups.replicate, b, scenario.collective.algorithm, protocol)
                     if groups.replicate is not None else none for b in replica_bytes)
     launch_s = gpu.kernel_launch_s
