@@ -27,7 +27,7 @@ MODEL=${1:-gpt2-124m}
 MAX_MEASURE_S=${2:-420}
 T=${TRACE_TMP:-/tmp/trace-from-wheel}  # scratch: the wheel's install, the traces, the campaign
 python3 -m pip install -q --no-index --no-deps --no-compile --target $T/site .whl/ddpsim-*.whl || exit 1
-export PYTHONPATH=$T/site
+export PYTHONPATH=$T/site${PYTHONPATH:+:$PYTHONPATH}  # a user module folder set by the caller stays on the path
 mkdir -p $T/traces $T/campaign && cd $T
 { nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"

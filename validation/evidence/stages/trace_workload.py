@@ -1,12 +1,13 @@
 """A torch.profiler trace as the workload (issue #28), checked on GPUs.
 
-Two fresh 2 x H200 allocations (``validation/campaigns/trace-from-wheel.sh gpt2-124m``): GPT-2 traced at world
+Three fresh 2 x H200 allocations (``validation/campaigns/trace-from-wheel.sh gpt2-124m``, twice, and
+``trace-user-model.sh``: a user's own decoder, ``validation/campaigns/lab_models.py``): the model traced at world
 size 1 by ``python -m ddpsim.measure.trace``, then ``ddpsim measure`` of the same model on both GPUs (its own
 world-size-1 profile, an all-reduce sweep, DDP runs at caps 5, 25 and 50). On each allocation the links and
 overheads are fitted on the caps 5 and 50 runs with the harness's profile, and every run is predicted twice:
 from the harness's profile and from the trace (``ddpsim.workload.trace``). Cap 25 is never seen by the fit.
 The first allocation's capture did not yet time its steps without the profiler, so its trace keeps the
-profiler's overhead; the second's did, and the reader removes it.
+profiler's overhead; the later ones did, and the reader removes it.
 """
 
 from __future__ import annotations
@@ -24,13 +25,14 @@ from ddpsim.calibration.validate import predict_run
 from ddpsim.workload.trace import read_trace
 from validation.evidence import ROOT
 
-CAMPAIGNS = ("validation/data/h200x2-trace-2026-11-27", "validation/data/h200x2-trace-2026-11-27b")
+CAMPAIGNS = ("validation/data/h200x2-trace-2026-11-27", "validation/data/h200x2-trace-2026-11-27b",
+             "validation/data/h200x2-trace-2026-11-27c")
 CALIBRATION_CAPS = (5.0, 50.0)
 
 
 def run() -> str:
-    lines = ["| campaign | cap MB | fitted | measured ms | from the harness profile | from the trace | trace step "
-             "(traced / used) |", "|---|---|---|---|---|---|---|"]
+    lines = ["| campaign | model | cap MB | fitted | measured ms | from the harness profile | from the trace | trace step "
+             "(traced / used) |", "|---|---|---|---|---|---|---|---|"]
     for campaign in CAMPAIGNS:
         data = os.path.join(ROOT, campaign)
         measured = load_measurements([data])
@@ -43,15 +45,16 @@ def run() -> str:
         traced_ms = 1e3 * overhead.get("traced_step_s", summary.profile["step_s"])
         with tempfile.TemporaryDirectory() as folder:
             runs = [run for run in measured.runs if is_plain(run) and not timing_instrumented(run)]
-            path = os.path.join(folder, "gpt2-124m.json")
+            model = str(runs[0]["model"])  # one model per campaign
+            path = os.path.join(folder, "profile.json")
             with open(path, "w", encoding="utf-8") as handle:
-                json.dump(dict(summary.profile, model="gpt2-124m"), handle)
+                json.dump(dict(summary.profile, model=model), handle)
             from_trace = replace(measured, profiles=Profiles({(campaign_of(str(run["_source"])), str(run["model"])): path
                                                                for run in runs}))
             for run in sorted(runs, key=lambda r: float(r["bucket_cap_mb"])):
                 harness, traced = predict_run(measured, run, calibration), predict_run(from_trace, run, calibration)
                 cap = float(run["bucket_cap_mb"])
-                lines.append(f"| {os.path.basename(campaign)} | {cap:g} | {'yes' if cap in CALIBRATION_CAPS else 'no'} | "
+                lines.append(f"| {os.path.basename(campaign)} | {model.split('@')[0]} | {cap:g} | {'yes' if cap in CALIBRATION_CAPS else 'no'} | "
                              f"{1e3 * harness.measured_s:.2f} | {1e3 * harness.predicted_s:.2f} "
                              f"({harness.error_pct:+.1f}%) | {1e3 * traced.predicted_s:.2f} ({traced.error_pct:+.1f}%) | "
                              f"{traced_ms:.1f} / {1e3 * summary.profile['step_s']:.1f} ms |")
