@@ -226,26 +226,6 @@ def test_the_profilers_overhead_is_removed_where_the_capture_timed_the_step_with
     assert read_trace(str(path)).profile["step_s"] == pytest.approx(350 * us)
 
 
-def test_each_phase_is_scaled_by_its_own_untraced_time_where_the_capture_timed_the_phases(tmp_path):
-    us = 1e-6
-    # traced: forward 70, backward 100, optimizer 140, step 350 us; untraced: 35, 80, 70 and a 200 us step
-    captured = dict(_gpu_trace(), ddpsim_capture={
-        "unprofiled_step_s": 200 * us, "unprofiled_forward_s": 35 * us, "unprofiled_backward_s": 80 * us,
-        "unprofiled_optimizer_s": 70 * us, "unprofiled_steps": 10})
-    path = tmp_path / "phases.json"
-    path.write_text(json.dumps(captured))
-    prof = read_trace(str(path)).profile
-    assert prof["forward_s"] == pytest.approx(35 * us)
-    assert prof["backward_s"] == pytest.approx(80 * us)
-    assert prof["optimizer_s"] == pytest.approx(70 * us)
-    assert prof["step_s"] == pytest.approx(200 * us)
-    by_shape = {tuple(p["shape"]): p for p in prof["params"]}
-    # a gradient's ready time is inside backward: it moves with backward's ratio (0.8)
-    assert by_shape[(3, 8)]["grad_ready_s"] == pytest.approx(0.8 * 50 * us)
-    assert by_shape[(3,)]["grad_ready_s"] == pytest.approx(0.8 * 100 * us)
-    assert prof["profiler_overhead"]["phase_scales"]["forward"] == pytest.approx(0.5)
-
-
 def test_a_kernel_without_its_launch_is_placed_by_its_cpu_ops_external_id(tmp_path):
     data = _gpu_trace()
     events = [e for e in data["traceEvents"] if e.get("cat") != "cuda_runtime"]

@@ -115,26 +115,15 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
         train_step()
     # the profiler lengthens every op on the host: a launch-bound step runs slower traced than not. The same
     # steps timed without it let the reader scale the traced times back (ddpsim.workload.trace)
-    # per phase as well (a sync between them): the profiler's host overhead falls on the phases unevenly
-    phases: dict[str, list[float]] = {"step": [], "forward": [], "backward": [], "optimizer": []}
+    plain_s = []
     for _ in range(max(steps, unprofiled_steps)):
         sync()
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = spec.loss(model, batch)
+        train_step()
         sync()
-        t1 = time.perf_counter()
-        loss.backward()
-        sync()
-        t2 = time.perf_counter()
-        opt.step()
-        sync()
-        t3 = time.perf_counter()
-        for name, seconds in (("step", t3 - t0), ("forward", t1 - t0), ("backward", t2 - t1), ("optimizer", t3 - t2)):
-            phases[name].append(seconds)
-    for name, values in phases.items():
-        meta[f"unprofiled_{name}_s"] = sorted(values)[len(values) // 2]
-    meta["unprofiled_steps"] = len(phases["step"])
+        plain_s.append(time.perf_counter() - t0)
+    meta["unprofiled_step_s"] = sorted(plain_s)[len(plain_s) // 2]
+    meta["unprofiled_steps"] = len(plain_s)
     with profile(activities=activities, record_shapes=True, on_trace_ready=ready,
                  schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for i in range(1 + steps):

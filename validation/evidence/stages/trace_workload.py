@@ -1,13 +1,15 @@
 """A torch.profiler trace as the workload (issue #28), checked on GPUs.
 
-Three fresh 2 x H200 allocations (``validation/campaigns/trace-from-wheel.sh gpt2-124m``, twice, and
-``trace-user-model.sh``: a user's own decoder, ``validation/campaigns/lab_models.py``): the model traced at world
+Four fresh 2 x H200 allocations (``validation/campaigns/trace-from-wheel.sh gpt2-124m``, twice, and
+``trace-user-model.sh``, twice: a user's own decoder, ``validation/campaigns/lab_models.py``): the model traced at world
 size 1 by ``python -m ddpsim.measure.trace``, then ``ddpsim measure`` of the same model on both GPUs (its own
 world-size-1 profile, an all-reduce sweep, DDP runs at caps 5, 25 and 50). On each allocation the links and
 overheads are fitted on the caps 5 and 50 runs with the harness's profile, and every run is predicted twice:
 from the harness's profile and from the trace (``ddpsim.workload.trace``). Cap 25 is never seen by the fit.
 The first allocation's capture did not yet time its steps without the profiler, so its trace keeps the
-profiler's overhead; the later ones did, and the reader removes it.
+profiler's overhead; the others timed whole steps, and every phase is scaled by the step's ratio.
+(A fourth, ``h200x2-trace-2026-11-27d``, timed each phase with a sync between them: that inflates a
+launch-bound backward, and the method was dropped; its README has the numbers.)
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from ddpsim.workload.trace import read_trace
 from validation.evidence import ROOT
 
 CAMPAIGNS = ("validation/data/h200x2-trace-2026-11-27", "validation/data/h200x2-trace-2026-11-27b",
-             "validation/data/h200x2-trace-2026-11-27c")
+             "validation/data/h200x2-trace-2026-11-27c", "validation/data/h200x2-trace-2026-11-27e")
 CALIBRATION_CAPS = (5.0, 50.0)
 
 
