@@ -78,6 +78,13 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
                 f"{network.raw.get('duplex_source', 'not recorded')}"
                 + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
                                                (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
+            if not cluster.uniform and inter.duplex_factor >= 1.0:
+                # measured: a lone GPU's endpoint both ways made uneven nodes 21 to 25% slower than predicted
+                # with such a fit, and within 6% with a probed one (h200x4-uneven-2026-11-27, -27b)
+                sources["network_endpoint_duplex"] += (
+                    "; with uneven nodes a GPU may send and receive across nodes at once, which this fit (full duplex) "
+                    "prices at its even shape's rate: steps 21 to 25% too fast measured so (docs/accuracy.md, "
+                    "Uneven nodes); probe the network: ddpsim measure --shapes 2x2")
             table = _with_network(table, network.protocol_table)
             sources["inter_node_network"] = f"{cite} {net_where}" + _replaced_written(scenario, {
                 "cluster.inter_node.nic_bandwidth": (written.nic_bandwidth_Bps, inter.nic_bandwidth_Bps, bandwidth_text),
