@@ -279,12 +279,15 @@ def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_
 
     monkeypatch.setattr(simulate_module, "simulate", slow_fake)
     log = io.StringIO()
-    with distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster:
+    with (distributed.LocalCluster(n_workers=2, processes=False, threads_per_worker=1, dashboard_address=None) as cluster,
+          distributed.Client(cluster.scheduler_address) as killer):
+        # the retiring client is made here, not in the thread: a client created in another thread while the
+        # sweep's client waits raced inside distributed on a loaded machine ("bound to a different event loop")
+        workers = list(killer.scheduler_info()["workers"])
+
         def lose_one_worker() -> None:
             time.sleep(0.5)
-            with distributed.Client(cluster.scheduler_address) as client:
-                workers = list(client.scheduler_info()["workers"])
-                client.retire_workers(workers[:1])
+            killer.retire_workers(workers[:1])
 
         thread = threading.Thread(target=lose_one_worker)
         thread.start()
