@@ -64,6 +64,19 @@ def test_a_network_without_the_endpoint_probe_says_so(tmp_path):
     assert len(probe) == 1 and "network endpoint probe" in probe[0].how
 
 
+def test_a_probe_an_envelope_fit_cannot_apply_is_named_as_that_not_as_no_probe():
+    from ddpsim.calibration.fit import shape_key
+
+    # campaign UN's even shapes: the probe ran (0.69 to 0.72), but no one-node sweep gave NCCL's structure
+    m = load_measurements([os.path.join(ROOT, "validation", "data", "h200x4-uneven-2026-11-27", "even")])
+    links = calibrate(m.samples, [], m.profiles, None, links_only=True, net_probes=m.net_probes)["link_classes"]
+    assert links["net"]["duplex_factor"] == 1.0 and "measured:" in links["net"]["duplex_source"]
+    gaps = [g for g in sweep_gaps(m.samples, links) if "duplex" in g.what or "endpoint probe" in g.what]
+    assert len(gaps) == 1 and "envelope" in gaps[0].what and "without the endpoint probe" not in gaps[0].what
+    world = {shape_key(s.nodes, s.world_size): s.world_size for s in m.samples}["2x2"]
+    assert f"--shapes 1x{world}" in gaps[0].how
+
+
 def test_runs_at_no_calibration_cap_are_a_fatal_gap_naming_their_caps(tmp_path):
     folder = _campaign(tmp_path, runs=lambda r: r["transport"] == "nvlink" and (r.get("nodes") or 1) == 1)
     m = load_measurements([folder])

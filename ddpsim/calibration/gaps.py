@@ -66,11 +66,22 @@ def sweep_gaps(samples: Sequence[AllReduceSample], link_classes: dict[str, Any])
         gaps.append(Gap(f"{len({s.source for s in its})} file(s) of forced-Tree sweeps across nodes ({shape}, "
                         f"{len(its)} sizes) were not fitted: {why}; the tree is priced with the ring's network hop "
                         "and NCCL's tree terms", how))
-    if network and not str(network.get("duplex_source", "")).startswith("measured"):
+    duplex_source = str(network.get("duplex_source", "")) if network else ""
+    if network and not duplex_source.startswith("measured"):
         shapes = ", ".join(network.get("shapes") or [])
-        gaps.append(Gap(f"the network ({shapes}) was fitted without the endpoint probe: full duplex is assumed, and "
-                        "a shape other than those swept may be off by tens of percent",
-                        HOW_TO_PROBE.format(shape=(network.get("shapes") or ["2x1"])[0])))
+        first = (network.get("shapes") or ["2x1"])[0]
+        if "measured:" in duplex_source:
+            # the probe ran, but an envelope fit (no one-node sweep for NCCL's structure) cannot apply its factor
+            gaps.append(Gap(f"the network ({shapes}) was fitted as each shape's envelope (no one-node sweep to give "
+                            "NCCL's structure), so the probe's measured duplex factor is not applied: a shape other "
+                            "than those swept, uneven nodes included, may be off by tens of percent",
+                            # the base latency comes from one node holding as many GPUs as the shape has
+                            HOW_TO_SWEEP.format(shape=f"1x{int(first.split('x')[0]) * int(first.split('x')[1])}",
+                                                transport="nvlink")))
+        else:
+            gaps.append(Gap(f"the network ({shapes}) was fitted without the endpoint probe: full duplex is assumed, "
+                            "and a shape other than those swept may be off by tens of percent",
+                            HOW_TO_PROBE.format(shape=first)))
     return gaps
 
 
