@@ -199,34 +199,24 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         overheads=overheads,
         calibration_subset=subset if isinstance(subset, dict) else {},
         data_dir=data_dir if isinstance(data_dir, str) else None,
-        noise=_noise(data.get("noise") or {}, source),
-        allocation_spread=_allocation_spread(data.get("allocation_spread") or {}, source),
+        noise=_sigmas(data.get("noise") or {}, source, "noise", ("step_sigma", "launch_sigma")),
+        allocation_spread=_sigmas(data.get("allocation_spread") or {}, source, "allocation_spread",
+                                  ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")),
         collectives=data.get("collectives") or {},
     )
 
 
-def _allocation_spread(data: Any, source: str) -> dict[str, Any]:
+def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, Any]:
+    """A section of lognormal sigmas per link class (``noise``, ``allocation_spread``): a mapping of mappings
+    whose listed keys, where present, are numbers."""
     if not isinstance(data, dict):
-        raise ScenarioError("expected a mapping", file=source, field="allocation_spread")
+        raise ScenarioError("expected a mapping", file=source, field=section)
     for name, entry in data.items():
         if not isinstance(entry, dict):
-            raise ScenarioError("expected a mapping", file=source, field=f"allocation_spread.{name}")
-        for key in ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe"):
+            raise ScenarioError("expected a mapping", file=source, field=f"{section}.{name}")
+        for key in keys:
             if entry.get(key) is not None:
-                _number(entry, key, source, f"allocation_spread.{name}")
-    return data
-
-
-def _noise(data: Any, source: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ScenarioError("expected a mapping", file=source, field="noise")
-    for name, entry in data.items():
-        if not isinstance(entry, dict):
-            raise ScenarioError("expected a mapping", file=source, field=f"noise.{name}")
-        for key in ("step_sigma", "launch_sigma"):
-            value = entry.get(key)
-            if value is not None:
-                _number({key: value}, key, source, f"noise.{name}")
+                _number(entry, key, source, f"{section}.{name}")
     return data
 
 

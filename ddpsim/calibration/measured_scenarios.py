@@ -87,10 +87,10 @@ def run_scenario(
     world = int(run["world_size"])
     cluster: dict[str, Any] = {
         "gpu": run_gpu(run),
-        "intra_node": {"type": intra_type_of_class(run["transport"]), "nvls": _nvls_of_run(run)},
+        "intra_node": {"type": intra_type_of_class(run["transport"]), "nvls": nvls_of_run(run)},
     }
-    node_gpus = run.get("node_gpus")
-    if node_gpus and len(set(node_gpus)) > 1:
+    node_gpus = uneven_node_gpus(run)
+    if node_gpus:
         # uneven emulated nodes, in rank order as the harness filled them
         cluster["node_groups"] = [{"count": len(list(same)), "gpus_per_node": count}
                                   for count, same in itertools.groupby(node_gpus)]
@@ -124,7 +124,19 @@ def run_scenario(
     return replace(scenario, calibration=calibration)
 
 
-def _nvls_of_run(run: dict[str, Any]) -> str:
+def uneven_node_gpus(run: dict[str, Any]) -> tuple[int, ...]:
+    """The GPUs of each node of a run on nodes of different sizes (the harness's ``--node-gpus``), in rank
+    order; empty for nodes alike."""
+    counts = tuple(run.get("node_gpus") or ())
+    return counts if len(set(counts)) > 1 else ()
+
+
+def uneven_shape(run: dict[str, Any]) -> str:
+    """The shape of a run on uneven nodes as the reports write it (3+1), empty for nodes alike."""
+    return "+".join(map(str, uneven_node_gpus(run)))
+
+
+def nvls_of_run(run: dict[str, Any]) -> str:
     """Whether NCCL could run NVLink SHARP in a measured run: off where the record's NCCL environment turned it
     off (the lent machines run NCCL_NVLS_ENABLE=0), else as the hardware has it (auto)."""
     env = (run.get("fingerprint") or {}).get("nccl_env") or {}
@@ -136,6 +148,6 @@ def run_label(run: dict[str, Any]) -> str:
     extra = f"/{variant}" if variant and variant != "none" else ""
     nodes = run_nodes(run)
     shape = f"/{nodes}x{int(run['world_size']) // nodes}" if nodes > 1 else ""
-    if run.get("node_gpus") and len(set(run["node_gpus"])) > 1:
-        shape = "/" + "+".join(str(count) for count in run["node_gpus"])
+    if uneven_node_gpus(run):
+        shape = "/" + uneven_shape(run)
     return f"{run['model']}/{run['transport']}/w{run['world_size']}{shape}/cap{float(run['bucket_cap_mb']):g}{extra}"

@@ -27,7 +27,7 @@ from ddpsim.calibration.calibrate import (
 )
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.calibration.fit import fit_noise
-from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario
+from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario, uneven_shape
 from ddpsim.calibration.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.errors import ScenarioError
 from ddpsim.planning.advisor import pick_cap
@@ -497,7 +497,7 @@ def _predict(
         option=str(run.get("variant") or "none"),
         nodes=run_nodes(run),
         host=host_of(run),
-        uneven_shape="+".join(map(str, run["node_gpus"])) if len(set(run.get("node_gpus") or [])) > 1 else "",
+        uneven_shape=uneven_shape(run),
         fold=fold,
     )
     return row, _layout_mismatch(run, prep)

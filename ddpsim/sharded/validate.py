@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpsim.calibration.file import Calibration
-from ddpsim.calibration.measured_scenarios import catalog_gpu
+from ddpsim.calibration.measured_scenarios import catalog_gpu, nvls_of_run
 from ddpsim.calibration.measurements import read_jsonl
 from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
@@ -126,8 +126,7 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
                             field=f"{where}.transport") from None
     cluster: dict[str, Any] = {"gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))), "nodes": nodes,
                                "gpus_per_node": world // nodes,
-                               # the lent machines run NCCL_NVLS_ENABLE=0
-                               "intra_node": {"type": intra, "nvls": "off"}}
+                               "intra_node": {"type": intra, "nvls": nvls_of_run(run)}}
     if nodes > 1:
         cluster["inter_node"] = {"type": "fat-tree", "nics_per_node": 1}
     strategy = str(run["strategy"])
