@@ -54,6 +54,7 @@ def test_a_run_is_simulated_as_the_scenario_it_describes(tmp_path):
     ({"schema": "ddpsim.ddp_run/1"}, "line 1.schema"),
     ({"model": "no-such-model"}, "line 1.model"),
     ({"transport": "carrier-pigeon"}, "line 1.transport"),
+    ({"fingerprint": {}}, "line 1.fingerprint.gpu_name"),  # the GPU is not guessed
 ])
 def test_bad_records_name_the_line_and_field(tmp_path, record, field):
     runs = read_fsdp_runs(_write(tmp_path / "r.jsonl", [_run(**record)])) if "schema" not in record else None

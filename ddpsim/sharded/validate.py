@@ -124,7 +124,11 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
     except KeyError:
         raise ScenarioError(f"unknown transport {run['transport']!r}", file=run.get("_source"),
                             field=f"{where}.transport") from None
-    cluster: dict[str, Any] = {"gpu": catalog_gpu(str(fingerprint.get("gpu_name", "H100"))), "nodes": nodes,
+    if not fingerprint.get("gpu_name"):
+        # the GPU sets every estimate and the memory check: a record that does not name it is not guessed at
+        raise ScenarioError("the record does not name its GPU", file=run.get("_source"),
+                            field=f"{where}.fingerprint.gpu_name")
+    cluster: dict[str, Any] = {"gpu": catalog_gpu(str(fingerprint["gpu_name"])), "nodes": nodes,
                                "gpus_per_node": world // nodes,
                                "intra_node": {"type": intra, "nvls": nvls_of_run(run)}}
     if nodes > 1:
