@@ -9,7 +9,7 @@ import statistics
 import sys
 import time
 
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import prepare, simulate
 
 

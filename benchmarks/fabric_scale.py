@@ -33,7 +33,7 @@ import sys
 CUSTOM = r"""
 import json, os, resource, sys, tempfile, time
 import yaml
-from ddpsim.scenario.load import load_scenario, scenario_from_dict
+from ddpsim.loader import load_scenario, scenario_from_dict
 from ddpsim.simulation import prepare, simulate
 gpus, mode, algorithm, extra = int(sys.argv[1]), sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
 via_file = extra.pop("via_file", False)

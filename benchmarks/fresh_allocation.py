@@ -26,8 +26,8 @@ import os
 import sys
 import time
 
-from ddpsim.calibration.calibrate import load_measurements
-from ddpsim.calibration.pool import (
+from ddpsim.fitting.calibrate import load_measurements
+from ddpsim.fitting.pool import (
     FOLD_CACHE_VERSION,
     MODES,
     RUNS_PER_GROUP,
@@ -108,10 +108,10 @@ def _model_lines(rows: list[HeldOutRun]) -> list[str]:
 def _baseline_rows(allocations: list[Allocation], path: str, log) -> list[tuple[HeldOutRun, bool | None]]:
     """The same held-out runs predicted by one allocation's shipped calibration (``path``), the
     allocations whose folders it was fitted on left out: what a user had before pooling."""
-    from ddpsim.calibration.calibrate import is_plain
     from ddpsim.calibration.file import read_calibration
-    from ddpsim.calibration.measured_scenarios import run_class
-    from ddpsim.calibration.validate import predict_run
+    from ddpsim.fitting.calibrate import is_plain
+    from ddpsim.fitting.measured_scenarios import run_class
+    from ddpsim.fitting.validate import predict_run
 
     calibration = read_calibration(path)
     seen = os.path.basename(os.path.normpath(calibration.data_dir or ""))

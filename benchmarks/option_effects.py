@@ -32,8 +32,8 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
-from ddpsim.calibration.measured_scenarios import run_scenario  # noqa: E402
-from ddpsim.calibration.measurements import read_ddp_runs  # noqa: E402
+from ddpsim.fitting.measured_scenarios import run_scenario  # noqa: E402
+from ddpsim.fitting.measurements import read_ddp_runs  # noqa: E402
 from ddpsim.outdir import atomic_write_text  # noqa: E402
 from ddpsim.planning.option_errors import DATA_FILE, format_table  # noqa: E402
 from ddpsim.simulation import simulate  # noqa: E402

@@ -17,7 +17,7 @@ import sys
 
 POINT = r"""
 import json, resource, sys, time
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import simulate
 model, gpus, algorithm, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 scenario = scenario_from_dict({

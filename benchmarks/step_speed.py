@@ -8,7 +8,7 @@ from __future__ import annotations
 import statistics
 import time
 
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import simulate
 
 

@@ -10,14 +10,15 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from ddpsim.loader import load_scenario
     from ddpsim.results import Result
-    from ddpsim.scenario import Scenario, load_scenario
+    from ddpsim.scenario import Scenario
     from ddpsim.simulation import simulate
 
 __version__ = "0.1.0"
 __all__ = ["Result", "Scenario", "load_scenario", "simulate"]
 
-_HOME = {"Result": "ddpsim.results", "Scenario": "ddpsim.scenario", "load_scenario": "ddpsim.scenario",
+_HOME = {"Result": "ddpsim.results", "Scenario": "ddpsim.scenario", "load_scenario": "ddpsim.loader",
          "simulate": "ddpsim.simulation"}
 
 

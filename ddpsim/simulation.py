@@ -34,7 +34,7 @@ from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import Scenario
 from ddpsim.schemas import resolved_scenario
-from ddpsim.sharded.simulate import memory_check, simulate_sharded, zero1_optimizer_s
+from ddpsim.sharded_simulation import memory_check, simulate_sharded, zero1_optimizer_s
 from ddpsim.topology import Topology, build_topology
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload

@@ -8,9 +8,9 @@ import textwrap
 import pytest
 
 from ddpsim.cli import main
+from ddpsim.loader import load_scenario
 from ddpsim.planning.advisor import DEFAULT_CANDIDATES_MB, MIN_GAIN_REL, pick_cap, recommend_bucket_cap
 from ddpsim.planning.option_errors import OPTION_ERRORS
-from ddpsim.scenario import load_scenario
 from ddpsim.simulation import simulate
 
 # ResNet-50 (161 tensors, so the cap changes the layout) on two GPUs over one 100G Ethernet NIC each:

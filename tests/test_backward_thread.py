@@ -11,7 +11,7 @@ import pytest
 
 from ddpsim.ddp import hooks
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import prepare, simulate
 from ddpsim.workload.profile import load_profile
 from tests.test_profile import PROFILE

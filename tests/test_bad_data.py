@@ -267,8 +267,8 @@ def test_default_caps_that_were_not_measured_are_named_and_typed_caps_are_refuse
 
 
 def test_a_calibration_with_a_non_finite_value_is_never_written(tmp_path):
-    from ddpsim.calibration.fit import write_calibration
     from ddpsim.errors import ScenarioError
+    from ddpsim.fitting.fit import write_calibration
 
     out = tmp_path / "cal.json"
     with pytest.raises(ScenarioError) as err:

@@ -13,7 +13,7 @@ import pytest
 
 from ddpsim.cli.main import main
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario.load import load_scenario
+from ddpsim.loader import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALIBRATION = os.path.join(ROOT, "validation", "calibration-h100x2.json")

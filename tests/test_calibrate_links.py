@@ -2,11 +2,11 @@
 
 import pytest
 
-from ddpsim.calibration.fit import fit_link_class
-from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import CollectiveModel, ProtocolTable
 from ddpsim.collectives.curves import ProtocolFit, envelope_s
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.fit import fit_link_class
+from ddpsim.fitting.measurements import AllReduceSample
+from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
 TRUE = {

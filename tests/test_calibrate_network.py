@@ -10,9 +10,9 @@ import pytest
 from ddpsim import load_scenario, simulate
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links
-from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives.curves import ProtocolFit, envelope_s
+from ddpsim.fitting.fit import fit_links
+from ddpsim.fitting.measurements import AllReduceSample
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # a network far slower than NVLink: per-hop latency dominates small sizes, bandwidth large ones
@@ -123,7 +123,7 @@ def _model_2x2(fitted):
     from dataclasses import replace
 
     from ddpsim.collectives import CollectiveModel
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.topology import build_topology
 
     scenario = scenario_from_dict({

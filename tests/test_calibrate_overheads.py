@@ -7,10 +7,10 @@ from dataclasses import replace
 import pytest
 
 from ddpsim.calibration.file import read_calibration
-from ddpsim.calibration.fit import fit_links, write_calibration
-from ddpsim.calibration.measured_scenarios import run_scenario
-from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
-from ddpsim.calibration.overheads import fit_overheads
+from ddpsim.fitting.fit import fit_links, write_calibration
+from ddpsim.fitting.measured_scenarios import run_scenario
+from ddpsim.fitting.measurements import Profiles, read_harness_allreduce
+from ddpsim.fitting.overheads import fit_overheads
 from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -74,7 +74,7 @@ def test_pruning_keeps_the_terms_that_made_the_runs_and_drops_those_that_did_not
     Without noise only: with the same steps moved by a fixed +-0.5% the elimination dropped both true
     terms and kept the all-reduce stretch, which trades against them (one reason it is not the default)."""
     from ddpsim.calibration.file import NO_EFFECT
-    from ddpsim.calibration.overheads import fit_overheads_pruned
+    from ddpsim.fitting.overheads import fit_overheads_pruned
 
     true = {**{n: NO_EFFECT[n] for n in ("comm_slowdown", "allreduce_stretch", "bucket_cpu_s", "buffer_sync_s")},
             "compute_slowdown": 1.3, "bucket_launch_s": 40e-6, "max_inflight_buckets": None}
@@ -91,8 +91,8 @@ def test_pruning_keeps_the_terms_that_made_the_runs_and_drops_those_that_did_not
 def test_pruning_drops_no_effect_terms_then_the_least_determined_one(monkeypatch):
     """The elimination order, on fits whose outcome is set by hand: terms at no effect go first, then the
     term whose standard error exceeds its effect the most; it stops when every kept term is determined."""
-    from ddpsim.calibration import overheads
-    from ddpsim.calibration.overheads import FitDiagnostics, OverheadFit
+    from ddpsim.fitting import overheads
+    from ddpsim.fitting.overheads import FitDiagnostics, OverheadFit
 
     seen = []
 
@@ -119,7 +119,7 @@ def test_pruning_drops_no_effect_terms_then_the_least_determined_one(monkeypatch
 
 
 def test_undetermined_fits_are_warned_of():
-    from ddpsim.calibration.overheads import _determination_warnings
+    from ddpsim.fitting.overheads import _determination_warnings
 
     names = ["compute_slowdown", "comm_slowdown", "bucket_launch_s"]
     params = {"compute_slowdown": 1.8, "comm_slowdown": 1.2, "bucket_launch_s": 0.0}
@@ -135,7 +135,7 @@ def test_undetermined_fits_are_warned_of():
 
 def test_a_fit_is_written_as_the_entry_a_calibration_file_reads_back():
     from ddpsim.calibration.file import NO_EFFECT, SCHEMA, calibration_from_dict
-    from ddpsim.calibration.overheads import FitDiagnostics, OverheadFit
+    from ddpsim.fitting.overheads import FitDiagnostics, OverheadFit
 
     values = {**NO_EFFECT, "compute_slowdown": 1.4, "bucket_launch_s": 30e-6}
     diagnostics = FitDiagnostics(calibration_mape_pct=2.0, calibration_max_error_pct=5.0, calibration_runs=8,

@@ -10,11 +10,11 @@ import shutil
 
 import pytest
 
-from ddpsim.calibration.calibrate import calibrate, load_measurements
-from ddpsim.calibration.measurements import Profiles
-from ddpsim.calibration.validate import cross_validate, validate
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.calibrate import calibrate, load_measurements
+from ddpsim.fitting.measurements import Profiles
+from ddpsim.fitting.validate import cross_validate, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -168,8 +168,8 @@ def test_profiles_slower_than_the_runs_compute_are_named():
 def test_a_launch_whose_reference_moved_is_flagged():
     # the options campaign's socket launch: its reference configuration (ResNet-50, cap 25) measured
     # first and last in the launch moved by about a fifth, far past the launch's round-to-round spread
-    from ddpsim.calibration.calibrate import load_measurements
-    from ddpsim.calibration.validate import launch_drift
+    from ddpsim.fitting.calibrate import load_measurements
+    from ddpsim.fitting.validate import launch_drift
 
     camp = os.path.join(DATA, "h200x4-options-2026-11-26")
     with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
@@ -185,8 +185,8 @@ def test_a_launch_whose_reference_moved_is_flagged():
 def test_launch_levels_from_the_reference_configuration():
     # the multi-node campaign's 2 x 2 shape was launched twice (the second time on another machine),
     # each launch with ResNet-50 cap 25 as its reference: the level is each reference over their median
-    from ddpsim.calibration.calibrate import load_measurements
-    from ddpsim.calibration.validate import RunRow, launch_levels, normalised_by_reference
+    from ddpsim.fitting.calibrate import load_measurements
+    from ddpsim.fitting.validate import RunRow, launch_levels, normalised_by_reference
 
     camp = os.path.join(DATA, "h200x4-multinode-2026-11-26")
     with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
@@ -243,7 +243,7 @@ def test_a_report_over_several_campaigns_names_each_runs_campaign(capsys):
 
 
 def test_the_fitted_models_only_option_reaches_every_fold(tmp_path, monkeypatch):
-    import ddpsim.calibration.validate as validate_module
+    import ddpsim.fitting.validate as validate_module
     from ddpsim.cli.validation_report import validation_text
 
     plain = _campaign(tmp_path, "h100x2-2026-11-26", _plain_nvlink({"resnet50", "gpt2-124m"}))

@@ -2,8 +2,8 @@
 
 import pytest
 
-from ddpsim.calibration.curvefit import fit_protocols
 from ddpsim.collectives.curves import ProtocolFit, envelope_s
+from ddpsim.fitting.curvefit import fit_protocols
 
 
 def test_recovers_three_protocol_envelope_exactly():

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ddpsim import load_scenario, simulate
 from ddpsim.cli import main
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SCENARIOS = sorted(glob.glob(os.path.join(ROOT, "scenarios", "*.yaml")))

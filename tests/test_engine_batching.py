@@ -116,7 +116,7 @@ def test_replay_simulates_one_repetition_per_phase() -> None:
                                           {"jitter_cv": 0.2, "iterations": 3},
                                           {"degraded_link_factor": 0.3}])
 def test_fast_and_detailed_steps_agree(algorithm: str, perturbation: dict) -> None:
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.simulation import simulate
 
     def run(mode: str):  # type: ignore[no-untyped-def]

@@ -13,9 +13,9 @@ import textwrap
 import pytest
 
 from ddpsim.cli.main import main
+from ddpsim.loader import load_scenario
 from ddpsim.report.plots import bucket_cap_png, timeline_png, timeline_ranks
 from ddpsim.report.tables import step_parts, summary_table
-from ddpsim.scenario import load_scenario
 from ddpsim.simulation import simulate
 
 REPO = os.path.join(os.path.dirname(__file__), "..")

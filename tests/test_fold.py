@@ -10,8 +10,8 @@ import pytest
 
 import ddpsim.simulation as simulation
 from ddpsim.ddp.fold import draw_factors, plan_ranks
+from ddpsim.loader import scenario_from_dict
 from ddpsim.results import Result
-from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 
 

@@ -192,7 +192,7 @@ def test_shape_setup_sets_hostid_per_group(monkeypatch, tmp_path):
 
 
 def test_net_probe_patterns_cross_nodes_only():
-    from ddpsim.calibration.netprobe import direction
+    from ddpsim.fitting.netprobe import direction
     from ddpsim.measure import netprobe
 
     for world, g in ((2, 1), (4, 2), (4, 1), (8, 2), (8, 4), (3, 1), (5, 1), (7, 1), (6, 2)):
@@ -210,7 +210,7 @@ def test_net_probe_patterns_cross_nodes_only():
         assert sorted(s for s, _ in pats["shift_all"]) == list(range(world))
         assert sorted(d for _, d in pats["shift_all"]) == list(range(world))
         assert pats["one_way"] == [(0, g)]
-        # the analysis classifies each pattern as the harness means it (ddpsim.calibration.netprobe)
+        # the analysis classifies each pattern as the harness means it (ddpsim.fitting.netprobe)
         assert direction(pats["one_way"]) == "one" and direction(pats["two_way"]) == "both"
         assert direction(pats["shift_all"]) == "both"
         if "one_way_pairs" in pats:

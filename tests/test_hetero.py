@@ -16,7 +16,7 @@ import ddpsim.simulation as simulation
 from ddpsim.cli import main
 from ddpsim.collectives import CollectiveModel, ProtocolTable, build_schedule
 from ddpsim.ddp.fold import plan_ranks
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec, InterNodeSpec, IntraNodeSpec, NodeGroupSpec, Scenario
 from ddpsim.topology import build_topology
 from tests.test_collectives import detailed_s

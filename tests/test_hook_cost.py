@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpsim import simulate
-from ddpsim.scenario import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import prepare
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from ddpsim import simulate
 from ddpsim.ddp import hooks
-from ddpsim.scenario import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import prepare
 
 ROOT = os.path.join(os.path.dirname(__file__), "..")

@@ -240,7 +240,7 @@ def test_the_sharded_plan_measures_every_strategy_and_resumes(tmp_path):
     assert all(r["status"] == "ok" and r["transport"] == "socket" and r["world_size"] == 2 for r in runs)
     assert "llama-tiny socket zero3 (bf16 params):" in done.stdout and "ddpsim validate-fsdp" in done.stdout
     # the model's world-size-1 profile, which validate-fsdp predicts compute from
-    from ddpsim.sharded.validate import measured_profile
+    from ddpsim.fitting.sharded_validate import measured_profile
 
     assert json.loads((out / "profiles" / "llama-tiny.json").read_text())["model"] == "llama-tiny"
     assert measured_profile(dict(runs[0], _source=str(out / "fsdp_runs.jsonl"))) == str(out / "profiles" / "llama-tiny.json")

@@ -11,9 +11,9 @@ import shutil
 
 import pytest
 
-from ddpsim.calibration.calibrate import calibrate, load_measurements
-from ddpsim.calibration.measurements import AllReduceSample
-from ddpsim.calibration.overheads import measure_stretch
+from ddpsim.fitting.calibrate import calibrate, load_measurements
+from ddpsim.fitting.measurements import AllReduceSample
+from ddpsim.fitting.overheads import measure_stretch
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

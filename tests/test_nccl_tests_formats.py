@@ -3,7 +3,7 @@ all_gather_perf, the -J JSON report, in-place columns, files cut short.
 
 The fixtures are written here in nccl-tests' layout from a known curve, T = 20 us + S f / B on 4 ranks,
 with algbw = S / T and busbw = algbw x f computed here, f the bus factor derived in the docstring of
-``ddpsim/calibration/nccl_tests.py`` (all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n) and
+``ddpsim/fitting/nccl_tests.py`` (all-reduce 2(n-1)/n, reduce-scatter and all-gather (n-1)/n) and
 checked below against rows nccl-tests itself printed.
 """
 
@@ -14,9 +14,9 @@ import os
 
 import pytest
 
-from ddpsim.calibration.nccl_tests import bus_factor, read_nccl_tests, read_nccl_tests_sweep
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.nccl_tests import bus_factor, read_nccl_tests, read_nccl_tests_sweep
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALLREDUCE_W4 = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26", "allreduce_nvlink_w4.txt")
@@ -183,7 +183,7 @@ def test_sharded_collectives_are_read_as_themselves(tmp_path, capsys, collective
     # the all-reduce's own fit is the committed 4 x H200 sweep's (356.6 GB/s at 1 GiB), untouched by the fixture
     assert 300e9 < calibration["link_classes"]["nvlink"]["bandwidth_Bps"] < 420e9
     from ddpsim.calibration.file import read_calibration
-    from ddpsim.calibration.sharded_fit import curve_time_s
+    from ddpsim.fitting.sharded_fit import curve_time_s
 
     read_back = read_calibration(str(out))
     curve = read_back.collective_curve("nvlink", collective, RANKS, 1)
@@ -320,8 +320,8 @@ def test_an_unnamed_two_gpu_all_reduce_must_be_named(tmp_path, capsys):
 
 
 def test_a_sharded_step_takes_the_measured_reduce_scatter_and_all_gather_curves(tmp_path, capsys, monkeypatch):
-    import ddpsim.sharded.simulate as sharded
-    from ddpsim.scenario.load import scenario_from_dict
+    import ddpsim.sharded_simulation as sharded
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.simulation import simulate
 
     files = [_write(tmp_path, f"{c}.txt", perf_text(c)) for c in ("reduce_scatter", "all_gather")]

@@ -6,10 +6,10 @@ import os
 
 import pytest
 
-from ddpsim.calibration.measurements import read_harness_allreduce
-from ddpsim.calibration.nccl_tests import read_nccl_tests
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measurements import read_harness_allreduce
+from ddpsim.fitting.nccl_tests import read_nccl_tests
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26")

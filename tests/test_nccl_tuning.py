@@ -14,12 +14,12 @@ import pytest
 
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links
-from ddpsim.calibration.measurements import nccl_log_path, read_harness_allreduce, read_nccl_tuning
 from ddpsim.collectives import CollectiveModel, ProtocolTable
 from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.fit import fit_links
+from ddpsim.fitting.measurements import nccl_log_path, read_harness_allreduce, read_nccl_tuning
+from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -10,14 +10,14 @@ import os
 import pytest
 
 from ddpsim.calibration.apply import apply_calibration
-from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links, ring_duplex_multiplier
-from ddpsim.calibration.netprobe import direction, duplex_factor, read_net_probes
 from ddpsim.cli import main
 from ddpsim.collectives import CollectiveModel
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.calibrate import load_measurements
+from ddpsim.fitting.fit import fit_links, ring_duplex_multiplier
+from ddpsim.fitting.netprobe import direction, duplex_factor, read_net_probes
+from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -212,7 +212,7 @@ def test_a_network_fitted_on_one_gpu_per_node_predicts_2x2_ddp_steps(campaign, n
     and W, measured after the model was fixed; U and V launched 2x2 twice): the network fitted on the 4x1 and 2x1 sweeps and the probe, DDP overheads
     from another allocation's calibration (M), predicts the never-fitted 2x2 DDP runs within 12% mean; taken
     as full duplex, the same fit is more than 25% off."""
-    from ddpsim.calibration.validate import validate
+    from ddpsim.fitting.validate import validate
 
     folder = os.path.join(ROOT, "validation", "data", campaign)
     with open(os.path.join(ROOT, "validation", "calibration-h200x4-multinode.json"), encoding="utf-8") as handle:
@@ -374,7 +374,7 @@ def test_a_bad_probe_round_is_one_clear_error(tmp_path, value):
 
 def test_predict_run_is_validates_prediction_of_that_run():
     """The one-run entry point the network-level study uses predicts a run as validate does."""
-    from ddpsim.calibration.validate import predict_run, validate
+    from ddpsim.fitting.validate import predict_run, validate
 
     folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27c")
     with open(os.path.join(ROOT, "validation", "calibration-h200x4-multinode.json"), encoding="utf-8") as handle:

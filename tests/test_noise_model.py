@@ -9,7 +9,7 @@ import os
 import pytest
 
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_noise
+from ddpsim.fitting.fit import fit_noise
 
 Z90 = 1.2815515655446004
 
@@ -51,7 +51,7 @@ def test_interval_adds_the_sigmas_in_quadrature():
 def test_noise_from_other_campaigns_pairs_the_same_configuration_across_them(tmp_path):
     import json
 
-    from ddpsim.calibration.calibrate import noise_runs
+    from ddpsim.fitting.calibrate import noise_runs
 
     # one configuration measured on two allocations (each campaign names its launch "nvlink_w2_0"), 20%
     # apart, and a failed run that must not count
@@ -68,7 +68,7 @@ def test_noise_from_other_campaigns_pairs_the_same_configuration_across_them(tmp
 
 
 def test_a_measured_step_inside_the_predicted_interval():
-    from ddpsim.calibration.validate import RunRow
+    from ddpsim.fitting.validate import RunRow
 
     def row(measured_s, p10, p90):
         return RunRow("m", "nvlink", 2, 25.0, measured_s, None, None, 1.0, True, predicted_p10_s=p10, predicted_p90_s=p90)
@@ -104,10 +104,10 @@ def test_validate_with_jitter_from_the_profiles():
     file itself, sigma = ln(p90 / p10) / (2 z90), cv = sqrt(exp(sigma^2) - 1)."""
     from dataclasses import replace
 
-    from ddpsim.calibration.calibrate import load_measurements
     from ddpsim.calibration.file import read_calibration
-    from ddpsim.calibration.measured_scenarios import run_scenario
-    from ddpsim.calibration.validate import validate
+    from ddpsim.fitting.calibrate import load_measurements
+    from ddpsim.fitting.measured_scenarios import run_scenario
+    from ddpsim.fitting.validate import validate
     from ddpsim.simulation import simulate
 
     root = os.path.join(os.path.dirname(__file__), "..", "validation")
@@ -139,7 +139,7 @@ def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
     fit_noise keys them); a multi-node prediction's p10..p90 is that spread, not its intra-node link's."""
     from dataclasses import replace
 
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.simulation import simulate
 
     net, nvlink = (0.06, 0.08), (0.01, 0.02)

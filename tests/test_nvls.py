@@ -18,8 +18,8 @@ import simpy
 from ddpsim.collectives import CollectiveModel, ProtocolTable
 from ddpsim.collectives.nvls import nvls_of
 from ddpsim.errors import ScenarioError
+from ddpsim.loader import scenario_from_dict
 from ddpsim.network import FlowNetwork
-from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology
 

@@ -11,9 +11,9 @@ import statistics
 import pytest
 
 from ddpsim.ddp import options
+from ddpsim.loader import scenario_from_dict
 from ddpsim.planning.advisor import judge
 from ddpsim.planning.option_errors import OPTION_ERRORS
-from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.simulation import simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

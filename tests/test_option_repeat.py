@@ -10,7 +10,7 @@ import os
 from collections import defaultdict
 
 from ddpsim.calibration.file import read_calibration
-from ddpsim.calibration.validate import option_effects, validate
+from ddpsim.fitting.validate import option_effects, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-options-2026-11-27")

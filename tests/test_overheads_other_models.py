@@ -9,11 +9,11 @@ from dataclasses import replace
 import pytest
 
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links
-from ddpsim.calibration.measured_scenarios import run_scenario
-from ddpsim.calibration.measurements import Profiles, read_harness_allreduce
-from ddpsim.calibration.overheads import fit_overheads
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.fit import fit_links
+from ddpsim.fitting.measured_scenarios import run_scenario
+from ddpsim.fitting.measurements import Profiles, read_harness_allreduce
+from ddpsim.fitting.overheads import fit_overheads
 from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -135,7 +135,7 @@ def test_the_fit_records_the_models_of_its_runs(links):
 
 
 def test_calibrate_writes_the_flag_into_every_entry_it_fits(links):
-    from ddpsim.calibration.calibrate import calibrate
+    from ddpsim.fitting.calibrate import calibrate
 
     samples = [s for s in read_harness_allreduce(os.path.join(DATA, "allreduce.jsonl")) if s.link_class == "nvlink"]
     runs = [{**_run("resnet50", cap), "world_size": world} for cap in (5, 50) for world in (2, 4)]

@@ -16,7 +16,8 @@ import shutil
 import pytest
 
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.pool import (
+from ddpsim.errors import ScenarioError
+from ddpsim.fitting.pool import (
     Allocation,
     HeldOutRun,
     allocation_folds,
@@ -29,8 +30,7 @@ from ddpsim.calibration.pool import (
     summarise,
     within_allocation_noise,
 )
-from ddpsim.calibration.validate import in_calibration_subset
-from ddpsim.errors import ScenarioError
+from ddpsim.fitting.validate import in_calibration_subset
 from ddpsim.spread import Z90
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -92,9 +92,9 @@ def test_balanced_runs_take_models_in_turn_and_leave_options_out():
 
 
 def test_launch_noise_pairs_launches_inside_one_allocation_only():
-    from ddpsim.calibration.calibrate import Measurements
-    from ddpsim.calibration.fit import fit_noise
-    from ddpsim.calibration.measurements import Profiles
+    from ddpsim.fitting.calibrate import Measurements
+    from ddpsim.fitting.fit import fit_noise
+    from ddpsim.fitting.measurements import Profiles
 
     def runs(host, steps):
         return [_run(step=s, launch=f"nvlink_w2_{i}", host=host) for i, s in enumerate(steps)]
@@ -245,7 +245,7 @@ def _copy(tmp_path, name, folder, scale_runs=1.0, scale_sweeps=1.0, models=("res
 
 
 def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
-    from ddpsim.calibration.calibrate import load_measurements
+    from ddpsim.fitting.calibrate import load_measurements
 
     train = _copy(tmp_path, "h100x2-2026-11-26", "train")
     held = _copy(tmp_path, "h200x2-2026-11-26", "held")
@@ -268,7 +268,7 @@ def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
 
 
 def test_a_probe_without_sweeps_is_refused_and_one_with_sweeps_says_what_it_did_not_touch(tmp_path):
-    from ddpsim.calibration.pool import probe_calibration
+    from ddpsim.fitting.pool import probe_calibration
 
     base = {"schema": SCHEMA, "link_classes": {"nvlink": _link(1e11, [2]), "socket": _link(5e9, [2])},
             "allocation_spread": {"nvlink": {"sigma": 0.1, "sigma_after_probe": 0.02}}}
@@ -283,7 +283,7 @@ def test_a_probe_without_sweeps_is_refused_and_one_with_sweeps_says_what_it_did_
     assert out["allocation_spread"]["nvlink"]["sigma"] == 0.02
     assert len(notes) == 1 and notes[0].startswith("socket:")
     # the probe's link is what `calibrate --links-only` fits on the same sweeps, not the base's 100 GB/s
-    from ddpsim.calibration.calibrate import calibrate, load_measurements
+    from ddpsim.fitting.calibrate import calibrate, load_measurements
 
     m = load_measurements([probe])
     alone = calibrate(m.samples, [], m.profiles, None, links_only=True)["link_classes"]["nvlink"]["bandwidth_Bps"]
@@ -303,7 +303,7 @@ def test_the_level_probe_keeps_the_pooled_curves_and_takes_the_probes_bandwidth(
 
 
 def test_leaving_a_class_out_one_allocation_at_a_time_never_fits_on_the_held_out_one(tmp_path):
-    from ddpsim.calibration.pool import cross_validate_allocations
+    from ddpsim.fitting.pool import cross_validate_allocations
 
     def allocations(root, doubled):
         root.mkdir()

@@ -8,9 +8,9 @@ import json
 import os
 import shutil
 
-from ddpsim.calibration.calibrate import calibrate, load_measurements
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.gaps import calibration_gaps, overhead_gaps, sweep_gaps, transfer_gaps
+from ddpsim.fitting.calibrate import calibrate, load_measurements
+from ddpsim.fitting.gaps import calibration_gaps, overhead_gaps, sweep_gaps, transfer_gaps
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MULTINODE = os.path.join(ROOT, "validation", "data", "h100x2-multinode-2026-11-26e")
@@ -65,7 +65,7 @@ def test_a_network_without_the_endpoint_probe_says_so(tmp_path):
 
 
 def test_a_probe_an_envelope_fit_cannot_apply_is_named_as_that_not_as_no_probe():
-    from ddpsim.calibration.fit import shape_key
+    from ddpsim.fitting.fit import shape_key
 
     # campaign UN's even shapes: the probe ran (0.69 to 0.72), but no one-node sweep gave NCCL's structure
     m = load_measurements([os.path.join(ROOT, "validation", "data", "h200x4-uneven-2026-11-27", "even")])

@@ -139,7 +139,7 @@ def test_world1_ddp_cost_lengthens_a_gradient_as_bucket_view_step_by_at_most_its
     # the gradients' hooks whole: the step grows by that much, less whatever communication it now hides
     import os
 
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.simulation import prepare, simulate
 
     source = os.path.join(os.path.dirname(__file__), "..", "validation", "data", "h200x4-2026-11-26", "profiles",
@@ -165,7 +165,7 @@ def test_world1_ddp_cost_lengthens_a_gradient_as_bucket_view_step_by_at_most_its
 
 
 def test_a_profile_taken_on_every_gpu_at_once_says_whose_times_it_holds(tmp_path):
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.simulation import prepare, simulate
 
     data = dict(PROFILE, concurrent={"ranks": 2, "profiled_rank": 1, "per_rank": []})
@@ -205,7 +205,7 @@ def test_paired_world1_rows_charge_their_own_pairs_difference(tmp_path):
 
 
 def _jitter_scenario(path, **simulation):
-    from ddpsim.scenario.load import scenario_from_dict
+    from ddpsim.loader import scenario_from_dict
 
     return scenario_from_dict({"cluster": {"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 4},
                                "workload": {"model": f"profile:{path}", "batch_size": 4},

@@ -8,12 +8,12 @@ protocol at each size. A forced algorithm then gets the curve of the protocol NC
 import json
 import os
 
-from ddpsim.calibration.curvefit import fit_protocols
-from ddpsim.calibration.fit import _named_by_nccl_log, fit_links
-from ddpsim.calibration.measurements import AllReduceSample, read_harness_allreduce
 from ddpsim.collectives import CollectiveModel, ProtocolTable
 from ddpsim.collectives.curves import ProtocolFit
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.curvefit import fit_protocols
+from ddpsim.fitting.fit import _named_by_nccl_log, fit_links
+from ddpsim.fitting.measurements import AllReduceSample, read_harness_allreduce
+from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from ddpsim.scenario.load import load_scenario
+from ddpsim.loader import load_scenario
 from ddpsim.simulation import prepare
 
 HALF_WRITTEN = """\

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from ddpsim.collectives import CollectiveModel, ProtocolTable
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec, InterNodeSpec, IntraNodeSpec
 from ddpsim.topology import build_topology
 from tests.test_collectives import detailed_s

@@ -14,9 +14,9 @@ import pytest
 import ddpsim.simulation as simulate_module
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.loader import load_scenario
 from ddpsim.planning.scaling import scaling_study, scaling_table
 from ddpsim.results import Result
-from ddpsim.scenario import load_scenario
 from ddpsim.scenario.schema import SCALE_JITTER_CV
 
 SCENARIO = textwrap.dedent(

@@ -7,7 +7,7 @@ import pytest
 
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario import load_scenario
+from ddpsim.loader import load_scenario
 
 GOOD = """
 workload: {model: mlp, batch_size: 8}

@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario import fields_markdown, load_scenario, scenario_from_dict
+from ddpsim.loader import load_scenario, scenario_from_dict
+from ddpsim.scenario import fields_markdown
 from ddpsim.scenario.link_kinds import INTRA_NODE_TYPES
 from ddpsim.scenario.schema import (
     ALGORITHMS,

@@ -19,7 +19,7 @@ import simpy
 from ddpsim.collectives import CollectiveModel
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario import load_scenario, scenario_from_dict
+from ddpsim.loader import load_scenario, scenario_from_dict
 from ddpsim.sharded.collectives import Price, half_ring_price
 from ddpsim.sharded.memory import Precision, memory_by_strategy, recommend_strategy, resolve_precision
 from ddpsim.sharded.step import ShardedCosts, SharedWire, simulate_step

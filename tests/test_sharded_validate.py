@@ -11,8 +11,13 @@ import sys
 import pytest
 
 from ddpsim.errors import ScenarioError
-from ddpsim.scenario import scenario_from_dict
-from ddpsim.sharded.validate import compare_fsdp_runs, fsdp_run_scenario, measured_profile, read_fsdp_runs
+from ddpsim.fitting.sharded_validate import (
+    compare_fsdp_runs,
+    fsdp_run_scenario,
+    measured_profile,
+    read_fsdp_runs,
+)
+from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import simulate
 
 
@@ -75,7 +80,7 @@ def test_cli_missing_file_is_one_line_exit_2(tmp_path):
 def test_an_hsdp_run_is_simulated_as_hsdp(tmp_path):
     runs = read_fsdp_runs(_write(tmp_path / "r.jsonl", [_run(world_size=4, nodes=2, gpus_per_node=2,
                                                               shard_group="node")]))
-    from ddpsim.sharded.validate import fsdp_run_scenario
+    from ddpsim.fitting.sharded_validate import fsdp_run_scenario
 
     scenario = fsdp_run_scenario(runs[0])
     assert scenario.parallel.shard_group == "node" and scenario.cluster.nodes == 2

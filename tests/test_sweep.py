@@ -254,7 +254,7 @@ def _torch_scenario(folder, module: str) -> str:
 
 @pytest.mark.parametrize("module, file", [("my_net", "my_net.py"), ("pkg.nets", "pkg/nets.py")])
 def test_editing_the_factory_module_changes_the_point_hash(tmp_path, module, file):
-    from ddpsim.scenario import load_scenario
+    from ddpsim.loader import load_scenario
 
     source = tmp_path / file
     source.parent.mkdir(exist_ok=True)

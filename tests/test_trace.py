@@ -277,8 +277,8 @@ def test_the_profile_file_written_from_a_trace_is_what_validate_reads(user_trace
 def test_a_sweep_takes_a_trace_and_keys_its_points_by_the_traces_content(user_trace, tmp_path):
     import shutil
 
+    from ddpsim.loader import load_scenario
     from ddpsim.planning.sweep import scenario_hash
-    from ddpsim.scenario.load import load_scenario
 
     shutil.copy(user_trace[0], tmp_path / "t.json")
     scenario = tmp_path / "s.yaml"

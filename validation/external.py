@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddpsim.calibration.fit import fit_link_class
-from ddpsim.calibration.measurements import AllReduceSample
 from ddpsim.collectives import CollectiveModel, ProtocolTable
 from ddpsim.collectives.nvls import nvls_of
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.fit import fit_link_class
+from ddpsim.fitting.measurements import AllReduceSample
+from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology
 

@@ -1,1 +1,1 @@
-"""Measured data in, a Calibration value out; validation of predictions against held-out runs."""
+"""The Calibration value the simulator reads: its file, its contents and applying it to a scenario."""

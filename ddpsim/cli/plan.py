@@ -171,8 +171,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_buckets(args: argparse.Namespace) -> int:
+    from ddpsim.loader import load_scenario
     from ddpsim.planning.advisor import plot_curve, recommend_bucket_cap
-    from ddpsim.scenario import load_scenario
     from ddpsim.units import format_time
 
     scenario = load_scenario(args.scenario, args.overrides)
@@ -209,9 +209,9 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
 
 
 def cmd_tune_strategy(args: argparse.Namespace) -> int:
+    from ddpsim.loader import load_scenario
     from ddpsim.planning.strategy import advise_strategy
     from ddpsim.report.tables import format_time, table
-    from ddpsim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides)
     advice = advise_strategy(scenario)
@@ -226,8 +226,8 @@ def cmd_tune_strategy(args: argparse.Namespace) -> int:
 
 
 def cmd_validate_fsdp(args: argparse.Namespace) -> int:
+    from ddpsim.fitting.sharded_validate import compare_fsdp_runs, read_fsdp_runs
     from ddpsim.report.tables import format_time, table
-    from ddpsim.sharded.validate import compare_fsdp_runs, read_fsdp_runs
 
     calibration = None
     if args.calibration:
@@ -259,8 +259,8 @@ def cmd_validate_fsdp(args: argparse.Namespace) -> int:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
+    from ddpsim.loader import load_scenario
     from ddpsim.planning.scaling import plot_scaling, scaling_study, scaling_table
-    from ddpsim.scenario import load_scenario
 
     scenario = load_scenario(args.scenario, args.overrides)
     study = scaling_study(scenario, args.nodes, args.price_per_gpu_hour)
@@ -319,13 +319,13 @@ def _write_scale_html(study: Any, scenario_path: str, path: str) -> None:
 
 
 def cmd_variability(args: argparse.Namespace) -> int:
+    from ddpsim.loader import load_scenario
     from ddpsim.planning.scaling import (
         plot_variability,
         variability_overrides,
         variability_study,
         variability_table,
     )
-    from ddpsim.scenario import load_scenario
 
     if args.iterations < 1:
         raise ScenarioError(f"must be at least 1, got {args.iterations}", file=args.scenario, field="--iterations")

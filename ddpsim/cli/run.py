@@ -25,8 +25,8 @@ def register(sub: Any) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
+    from ddpsim.loader import load_scenario
     from ddpsim.report.tables import bucket_table, summary_table
-    from ddpsim.scenario import load_scenario
     from ddpsim.simulation import simulate
 
     result = simulate(load_scenario(args.scenario, args.overrides))

@@ -33,7 +33,7 @@ _NCCL_TESTS_OPTIONS = ("type", "redop", "op")
 
 def _nccl_tests_arg(spec: str):
     """``FILE:LINK_CLASS:WORLD[:NODES][:type=T][:redop=R][:op=COLLECTIVE][:in-place]``: one sweep of nccl-tests output."""
-    from ddpsim.calibration.nccl_tests import read_nccl_tests_sweep
+    from ddpsim.fitting.nccl_tests import read_nccl_tests_sweep
 
     parts = spec.split(":")
     positional = [p for p in parts if "=" not in p and p != "in-place"]
@@ -56,7 +56,7 @@ def _nccl_tests_arg(spec: str):
 
 
 def _cmd_calibrate(args: argparse.Namespace) -> int:
-    from ddpsim.calibration.calibrate import (
+    from ddpsim.fitting.calibrate import (
         DEFAULT_CALIBRATION_CAPS,
         calibrate,
         calibration_caps_for,
@@ -65,9 +65,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         noise_runs,
         require_runs,
     )
-    from ddpsim.calibration.fit import fit_noise, write_calibration
-    from ddpsim.calibration.measurements import Profiles
-    from ddpsim.calibration.sharded_fit import fit_sharded_collectives
+    from ddpsim.fitting.fit import fit_noise, write_calibration
+    from ddpsim.fitting.measurements import Profiles
+    from ddpsim.fitting.sharded_fit import fit_sharded_collectives
 
     if args.recentre:
         return _recentre(args)
@@ -115,7 +115,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         raise ScenarioError("no DDP run at the calibration caps has its links measured (allreduce.jsonl sweeps of "
                             "its transport and shape) to fit the overheads on; add --links-only to fit the links alone",
                             file=args.data_dir, field="--calibration-caps")
-    from ddpsim.calibration.gaps import calibration_gaps
+    from ddpsim.fitting.gaps import calibration_gaps
 
     # what the data could not set, named with how to measure it (issue #24: calibrate never guesses silently);
     # a fatal one would answer from a default where the data should have set it: nothing is written
@@ -173,7 +173,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _recentre(args: argparse.Namespace) -> int:
     """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
     from ddpsim.calibration.file import calibration_from_dict
-    from ddpsim.calibration.pool import probe_calibration
+    from ddpsim.fitting.pool import probe_calibration
     from ddpsim.jsonfile import non_finite_field, read_json_object
     from ddpsim.outdir import atomic_write_text
     from ddpsim.schemas import document
@@ -269,10 +269,10 @@ def _print_calibration(links: dict, overheads: dict) -> None:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from ddpsim.calibration.calibrate import DEFAULT_CALIBRATION_CAPS
     from ddpsim.calibration.file import read_calibration
-    from ddpsim.calibration.validate import cross_validate, validate
     from ddpsim.cli.validation_report import validation_dict, validation_text, write_validation_dir
+    from ddpsim.fitting.calibrate import DEFAULT_CALIBRATION_CAPS
+    from ddpsim.fitting.validate import cross_validate, validate
 
     tolerances = {
         "max_mape_pct": args.max_mape,

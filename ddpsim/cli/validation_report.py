@@ -12,8 +12,8 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ddpsim.calibration.measured_scenarios import JITTER_STEPS
-from ddpsim.calibration.validate import RunRow, Validation, launch_spread_pct, option_effects
+from ddpsim.fitting.measured_scenarios import JITTER_STEPS
+from ddpsim.fitting.validate import RunRow, Validation, launch_spread_pct, option_effects
 from ddpsim.report.tables import table
 
 

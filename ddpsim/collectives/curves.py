@@ -1,5 +1,5 @@
 """A collective's fitted cost curve: per protocol, base + steps x hop + bytes through each link / bus bandwidth,
-and the lower envelope over protocols with the host's floor. ``ddpsim.calibration.curvefit`` fits it; a
+and the lower envelope over protocols with the host's floor. ``ddpsim.fitting.curvefit`` fits it; a
 calibration's measured reduce-scatter and all-gather curves price sharded steps with it (``ddpsim.sharded``)."""
 
 from __future__ import annotations

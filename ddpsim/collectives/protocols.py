@@ -12,7 +12,7 @@ How hop latencies meet the scenario's link latencies (``hop_latency_mode``):
   relative ordering. Exception, ``reference_link_latency_s``: for a transport listed there the
   listed link latency is the one at which NCCL's table holds, and the hop scales by
   link / reference. Default: "net" at 5 us, the scenario loader's default inter-node latency
-  (``scenario/load.py``), so a default scenario pays NCCL's NET hops (Simple 14 us, LL 2.7 us):
+  (``loader.py``), so a default scenario pays NCCL's NET hops (Simple 14 us, LL 2.7 us):
   a network link's wire latency is a small part of what NCCL's NET hop costs (proxy thread,
   NIC doorbells, flush), and reading 5 us as the whole Simple hop halved multi-node latency.
 - "absolute": the table's hop latency is the whole hop latency (NCCL's own model); the scenario's
@@ -142,7 +142,7 @@ def _nccl_tree_size_correction() -> dict[str, tuple[tuple[float, float], ...]]:
 
 
 def _nccl_reference_link_latency_s() -> dict[str, float]:
-    # the scenario loader's default inter-node latency (scenario/load.py, "5us"): a default
+    # the scenario loader's default inter-node latency (loader.py, "5us"): a default
     # scenario pays exactly NCCL's NET hop latencies (module docstring)
     return {"net": 5.0 * _US}
 

@@ -83,7 +83,7 @@ def at_nodes(scenario: Scenario, nodes: int) -> Scenario:
                 file=scenario.source,
                 field=f"cluster.{fixed}",
             )
-    from ddpsim.scenario.load import simulation_problem, world_size_problem
+    from ddpsim.loader import simulation_problem, world_size_problem
 
     world = nodes * scenario.cluster.gpus_per_node
     too_large = world_size_problem(nodes, scenario.cluster.gpus_per_node)

@@ -28,8 +28,8 @@ from typing import Any, TextIO
 import yaml
 
 from ddpsim.errors import ScenarioError
+from ddpsim.loader import apply_overrides, read_scenario_dict, scenario_from_dict
 from ddpsim.planning.sweep_results import RESULT_COLUMNS, jsonable
-from ddpsim.scenario import apply_overrides, read_scenario_dict, scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 
 MAX_POINTS_WITHOUT_CONFIRMATION = 1000

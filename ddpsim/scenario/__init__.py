@@ -1,6 +1,6 @@
-"""Scenario schema and loading."""
+"""The scenario's schema: its fields, their units and bounds, and the validated Scenario value (reading a
+file into one is ``ddpsim.loader``'s, which stands above the rooms the loader calls)."""
 
-from ddpsim.scenario.load import apply_overrides, load_scenario, read_scenario_dict, scenario_from_dict
 from ddpsim.scenario.schema import Scenario, fields_markdown
 
-__all__ = ["Scenario", "apply_overrides", "fields_markdown", "load_scenario", "read_scenario_dict", "scenario_from_dict"]
+__all__ = ["Scenario", "fields_markdown"]

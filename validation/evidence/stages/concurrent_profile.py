@@ -26,7 +26,7 @@ import sys
 import tempfile
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
-from ddpsim.calibration.validate import RunRow, validate  # noqa: E402
+from ddpsim.fitting.validate import RunRow, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

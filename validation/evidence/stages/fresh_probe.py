@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from ddpsim.calibration.pool import probe_calibration
+from ddpsim.fitting.pool import probe_calibration
 from ddpsim.jsonfile import read_json_object
 
 BASE = "validation/calibration-h200-pooled.json"

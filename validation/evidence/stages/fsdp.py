@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 
-from ddpsim.sharded.validate import FsdpComparison, compare_fsdp_runs, read_fsdp_runs
+from ddpsim.fitting.sharded_validate import FsdpComparison, compare_fsdp_runs, read_fsdp_runs
 
 DATA = "validation/data/h200x2-fsdp-2026-11-27"
 DERIVED_FROM = ("fsdp_nvlink", "fsdp_socket")

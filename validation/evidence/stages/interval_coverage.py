@@ -27,10 +27,10 @@ import json
 import os
 import sys
 
-from ddpsim.calibration.calibrate import noise_runs  # noqa: E402
 from ddpsim.calibration.file import calibration_from_dict  # noqa: E402
-from ddpsim.calibration.fit import fit_noise  # noqa: E402
-from ddpsim.calibration.validate import validate  # noqa: E402
+from ddpsim.fitting.calibrate import noise_runs  # noqa: E402
+from ddpsim.fitting.fit import fit_noise  # noqa: E402
+from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

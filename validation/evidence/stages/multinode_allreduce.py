@@ -36,10 +36,10 @@ from typing import Any
 
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_links
-from ddpsim.calibration.measurements import AllReduceSample, nccl_log_path, read_nccl_tuning
 from ddpsim.collectives import CollectiveModel
-from ddpsim.scenario.load import scenario_from_dict
+from ddpsim.fitting.fit import fit_links
+from ddpsim.fitting.measurements import AllReduceSample, nccl_log_path, read_nccl_tuning
+from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
@@ -80,7 +80,7 @@ def _relative_pct(value: float, reference: float) -> float:
 
 def spread_pct(t1: float, t2: float) -> float:
     """Spread of two measurements of one configuration in percent, symmetric: larger / smaller - 1, i.e.
-    exp|ln t1 - ln t2| - 1, the one-pair form of the launch spread ``ddpsim.calibration.validate.
+    exp|ln t1 - ln t2| - 1, the one-pair form of the launch spread ``ddpsim.fitting.validate.
     launch_spread_pct`` gives from a fitted lognormal launch sigma (that function takes the sigma, not a
     pair, so it is not called here). 100 and 120 us: 20%."""
     return _relative_pct(max(t1, t2), min(t1, t2))

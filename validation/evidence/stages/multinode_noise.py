@@ -21,8 +21,8 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ddpsim.calibration.measurements import launch_key, read_jsonl
-from ddpsim.calibration.netprobe import read_net_probes, round_ratios
+from ddpsim.fitting.measurements import launch_key, read_jsonl
+from ddpsim.fitting.netprobe import read_net_probes, round_ratios
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

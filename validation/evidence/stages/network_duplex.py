@@ -3,7 +3,7 @@
 Run: ``python -m validation.evidence --stage network-duplex``.
 
 The duplex factor is measured by the harness's ``--net-probe`` (point-to-point transfers, and on S and T
-also a broadcast against a two-rank all-reduce between two endpoints; ``ddpsim.calibration.netprobe``).
+also a broadcast against a two-rank all-reduce between two endpoints; ``ddpsim.fitting.netprobe``).
 For each campaign with several multi-node shapes, the network is fitted on some shapes' forced-Ring sweeps (plus
 the one-node forced-Ring sweeps for the intra-node class, as ``multinode_allreduce.py`` does) and every
 sweep of the held-out shapes (NCCL's default, forced Ring, forced Tree) is predicted, once taking the
@@ -21,11 +21,11 @@ import os
 import sys
 from typing import Any
 
-from ddpsim.calibration.calibrate import load_measurements  # noqa: E402
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict  # noqa: E402
-from ddpsim.calibration.fit import fit_links  # noqa: E402
-from ddpsim.calibration.netprobe import duplex_factor, read_net_probes  # noqa: E402
-from ddpsim.calibration.validate import validate  # noqa: E402
+from ddpsim.fitting.calibrate import load_measurements  # noqa: E402
+from ddpsim.fitting.fit import fit_links  # noqa: E402
+from ddpsim.fitting.netprobe import duplex_factor, read_net_probes  # noqa: E402
+from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 from validation.evidence.stages.multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402

@@ -27,10 +27,10 @@ import statistics
 import sys
 from typing import Any
 
-from ddpsim.calibration.calibrate import load_measurements
 from ddpsim.calibration.file import calibration_from_dict
-from ddpsim.calibration.fit import fit_links
-from ddpsim.calibration.validate import predict_run
+from ddpsim.fitting.calibrate import load_measurements
+from ddpsim.fitting.fit import fit_links
+from ddpsim.fitting.validate import predict_run
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

@@ -24,7 +24,7 @@ import sys
 from collections import defaultdict
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
-from ddpsim.calibration.validate import option_effects, validate  # noqa: E402
+from ddpsim.fitting.validate import option_effects, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

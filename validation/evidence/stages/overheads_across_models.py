@@ -34,10 +34,10 @@ import sys
 from collections import defaultdict
 from typing import Any
 
-from ddpsim.calibration.calibrate import calibrate, keep_comm_terms_for_fitted_models, load_measurements
 from ddpsim.calibration.file import calibration_from_dict
-from ddpsim.calibration.measured_scenarios import run_class
-from ddpsim.calibration.validate import predict_run
+from ddpsim.fitting.calibrate import calibrate, keep_comm_terms_for_fitted_models, load_measurements
+from ddpsim.fitting.measured_scenarios import run_class
+from ddpsim.fitting.validate import predict_run
 from validation.evidence.stages import printed
 
 
@@ -127,7 +127,7 @@ def held_out(data_dir: str, calibration_path: str) -> None:
 def measured_contention(data_dir: str) -> None:
     """No fitted overhead term: every term at no effect, against the overlap bench's slowdowns in their place."""
     from ddpsim.calibration.file import NO_EFFECT
-    from ddpsim.calibration.measured_scenarios import run_scenario
+    from ddpsim.fitting.measured_scenarios import run_scenario
     from ddpsim.simulation import prepare, simulate
 
     measured = load_measurements([data_dir])

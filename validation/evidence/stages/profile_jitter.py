@@ -18,7 +18,7 @@ import statistics
 import sys
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
-from ddpsim.calibration.validate import validate  # noqa: E402
+from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 

@@ -19,11 +19,11 @@ import os
 import tempfile
 from dataclasses import replace
 
-from ddpsim.calibration.calibrate import calibrate as fit
-from ddpsim.calibration.calibrate import is_plain, load_measurements, timing_instrumented
 from ddpsim.calibration.file import calibration_from_dict
-from ddpsim.calibration.measurements import Profiles, campaign_of
-from ddpsim.calibration.validate import predict_run
+from ddpsim.fitting.calibrate import calibrate as fit
+from ddpsim.fitting.calibrate import is_plain, load_measurements, timing_instrumented
+from ddpsim.fitting.measurements import Profiles, campaign_of
+from ddpsim.fitting.validate import predict_run
 from ddpsim.workload.trace import read_trace
 from validation.evidence import ROOT
 

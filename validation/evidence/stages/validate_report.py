@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from ddpsim.calibration.file import read_calibration
-from ddpsim.calibration.validate import Validation, cross_validate, validate
+from ddpsim.fitting.validate import Validation, cross_validate, validate
 
 # the library's fit options a stage may set (each was a research switch of `ddpsim validate`; the CLI may drop
 # the switch, the evidence keeps measuring it through the library parameter)

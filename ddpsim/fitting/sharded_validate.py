@@ -14,12 +14,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ddpsim.calibration.file import Calibration
-from ddpsim.calibration.measured_scenarios import catalog_gpu, nvls_of_run
-from ddpsim.calibration.measurements import read_jsonl
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measured_scenarios import catalog_gpu, nvls_of_run
+from ddpsim.fitting.measurements import read_jsonl
 from ddpsim.jsonfile import read_json_object
+from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.link_kinds import intra_type_of_class
-from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import Scenario
 from ddpsim.simulation import simulate
 from ddpsim.workload.zoo import ZOO_NAMES

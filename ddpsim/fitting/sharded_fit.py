@@ -18,12 +18,12 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from ddpsim.calibration.curvefit import fit_protocols
 from ddpsim.calibration.file import SHARDED_COLLECTIVES
-from ddpsim.calibration.fit import MIN_BANDWIDTH_SPAN, MIN_FIT_BYTES, shape_key
-from ddpsim.calibration.nccl_tests import NcclTestsSweep
 from ddpsim.collectives.curves import envelope_s
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.curvefit import fit_protocols
+from ddpsim.fitting.fit import MIN_BANDWIDTH_SPAN, MIN_FIT_BYTES, shape_key
+from ddpsim.fitting.nccl_tests import NcclTestsSweep
 from ddpsim.sharded.collectives import measured_price
 
 

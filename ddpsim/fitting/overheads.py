@@ -16,11 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from ddpsim.calibration.curvefit import scipy_optimize
 from ddpsim.calibration.file import NO_EFFECT, Calibration
-from ddpsim.calibration.measured_scenarios import run_nodes, run_scenario
-from ddpsim.calibration.measurements import AllReduceSample, Profiles, campaign_of
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.curvefit import scipy_optimize
+from ddpsim.fitting.measured_scenarios import run_nodes, run_scenario
+from ddpsim.fitting.measurements import AllReduceSample, Profiles, campaign_of
 from ddpsim.simulation import prepare, simulate
 
 # The DDP overhead terms fitted to step times, each with the range a physical value may take.

@@ -27,8 +27,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ddpsim.calibration.measurements import AllReduceSample, open_text
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measurements import AllReduceSample, open_text
 
 # the collectives calibration reads: all-reduce for the links, reduce-scatter and all-gather for sharded data parallel
 COLLECTIVES_READ = ("all_reduce", "reduce_scatter", "all_gather")

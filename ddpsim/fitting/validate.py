@@ -17,7 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from ddpsim.calibration.calibrate import (
+from ddpsim.calibration.file import Calibration, calibration_from_dict
+from ddpsim.errors import ScenarioError
+from ddpsim.fitting.calibrate import (
     Measurements,
     calibrate,
     calibration_caps_for,
@@ -25,11 +27,9 @@ from ddpsim.calibration.calibrate import (
     load_measurements,
     require_runs,
 )
-from ddpsim.calibration.file import Calibration, calibration_from_dict
-from ddpsim.calibration.fit import fit_noise
-from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes, run_scenario, uneven_shape
-from ddpsim.calibration.measurements import AllReduceSample, Profiles, host_of, launch_key
-from ddpsim.errors import ScenarioError
+from ddpsim.fitting.fit import fit_noise
+from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes, run_scenario, uneven_shape
+from ddpsim.fitting.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.planning.advisor import pick_cap
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, step_link_class
 
@@ -173,8 +173,8 @@ def in_calibration_subset(run: dict[str, Any], subset: dict[str, Any], data_dir:
 
 def _check_allreduce(samples: Sequence[AllReduceSample], calibration: Calibration) -> list[AllReduceRow]:
     from ddpsim.collectives import CollectiveModel
+    from ddpsim.loader import scenario_from_dict
     from ddpsim.scenario.link_kinds import intra_type_of_class
-    from ddpsim.scenario.load import scenario_from_dict
     from ddpsim.topology import build_topology
 
     rows = []

@@ -17,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from ddpsim.calibration.file import read_calibration
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.schema import (
@@ -435,12 +436,7 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     calibration_path = plain["calibration_path"]
     calibration = None
     if calibration_path is not None:
-        # read once here, at the boundary; the simulation gets the value, never the path. Imported here, not at
-        # the top: ddpsim/scenario/__init__ exports this loader, and calibration/file.py pulls in the collectives
-        # and topology packages, which import the schema: a circle through package __init__ files
-        # (tests/test_layers.py::test_no_import_time_cycle)
-        from ddpsim.calibration.file import read_calibration
-
+        # read once here, at the boundary; the simulation gets the value, never the path
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
         calibration = read_calibration(resolved)
     parallel_reader, collective_reader = root.section(ParallelSpec, "parallel"), root.section(CollectiveSpec, "collective")

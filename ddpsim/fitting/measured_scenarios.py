@@ -13,10 +13,10 @@ from dataclasses import replace
 from typing import Any
 
 from ddpsim.calibration.file import Calibration
-from ddpsim.calibration.measurements import check_run_fields
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measurements import check_run_fields
+from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, intra_type_of_class
-from ddpsim.scenario.load import scenario_from_dict
 from ddpsim.scenario.schema import COMM_HOOKS, Scenario
 
 # nvidia-smi names -> catalog names

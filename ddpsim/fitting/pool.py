@@ -26,13 +26,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ddpsim.calibration.calibrate import Measurements, calibrate, is_plain, load_measurements
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
-from ddpsim.calibration.fit import fit_noise
-from ddpsim.calibration.measured_scenarios import catalog_gpu, run_class, run_nodes
-from ddpsim.calibration.measurements import Profiles, campaign_of, find_data_files
-from ddpsim.calibration.validate import predict_run
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.calibrate import Measurements, calibrate, is_plain, load_measurements
+from ddpsim.fitting.fit import fit_noise
+from ddpsim.fitting.measured_scenarios import catalog_gpu, run_class, run_nodes
+from ddpsim.fitting.measurements import Profiles, campaign_of, find_data_files
+from ddpsim.fitting.validate import predict_run
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 
 # the plain DDP runs per (allocation, link class, GPUs, nodes) a pooled fit takes: the overhead fit

@@ -12,9 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddpsim.calibration.calibrate import is_plain
-from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
-from ddpsim.calibration.measurements import AllReduceSample
+from ddpsim.fitting.calibrate import is_plain
+from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes
+from ddpsim.fitting.measurements import AllReduceSample
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 
 HOW_TO_SWEEP = "ddpsim measure --plan probe --shapes {shape} --link-classes {transport} (all-reduce sweeps)"

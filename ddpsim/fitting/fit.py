@@ -20,22 +20,22 @@ from typing import Any
 
 import numpy as np
 
-from ddpsim.calibration.curvefit import (
+from ddpsim.calibration.file import SCHEMA
+from ddpsim.collectives import ProtocolTable
+from ddpsim.collectives.curves import envelope_s
+from ddpsim.collectives.nccl_tuning import NcclTuning
+from ddpsim.collectives.schedules import build_schedule, tree_depth, tree_max_degree
+from ddpsim.errors import ScenarioError
+from ddpsim.fitting.curvefit import (
     PROTOCOL_NAMES,
     UNBOUNDED_BPS,
     fit_nonnegative,
     fit_protocol_rows,
     fit_protocols,
 )
-from ddpsim.calibration.file import SCHEMA
-from ddpsim.calibration.measured_scenarios import run_class
-from ddpsim.calibration.measurements import AllReduceSample, launch_key
-from ddpsim.calibration.netprobe import duplex_factor
-from ddpsim.collectives import ProtocolTable
-from ddpsim.collectives.curves import envelope_s
-from ddpsim.collectives.nccl_tuning import NcclTuning
-from ddpsim.collectives.schedules import build_schedule, tree_depth, tree_max_degree
-from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measured_scenarios import run_class
+from ddpsim.fitting.measurements import AllReduceSample, launch_key
+from ddpsim.fitting.netprobe import duplex_factor
 from ddpsim.outdir import atomic_write_text
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, LINK_CLASSES, nccl_transport_of_class
 from ddpsim.spread import sigma_from_p10_p90

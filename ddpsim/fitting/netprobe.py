@@ -18,8 +18,8 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ddpsim.calibration.measurements import launch_key, read_jsonl
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.measurements import launch_key, read_jsonl
 
 SCHEMA = "ddpsim.netprobe/1"
 # how far one probe round may sit from the median of all before it is named: twice the largest spread

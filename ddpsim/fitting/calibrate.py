@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, SCHEMA, Calibration, calibration_from_dict
-from ddpsim.calibration.fit import fit_links, fit_noise
-from ddpsim.calibration.measured_scenarios import run_class, run_label, run_nodes
-from ddpsim.calibration.measurements import (
+from ddpsim.errors import ScenarioError
+from ddpsim.fitting.fit import fit_links, fit_noise
+from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes
+from ddpsim.fitting.measurements import (
     AllReduceSample,
     Profiles,
     find_data_files,
@@ -23,9 +24,8 @@ from ddpsim.calibration.measurements import (
     read_ddp_runs,
     read_harness_allreduce,
 )
-from ddpsim.calibration.netprobe import read_net_probes
-from ddpsim.calibration.overheads import IDLE_WAIT_TERMS, fit_overheads, fit_overheads_pruned, measure_stretch
-from ddpsim.errors import ScenarioError
+from ddpsim.fitting.netprobe import read_net_probes
+from ddpsim.fitting.overheads import IDLE_WAIT_TERMS, fit_overheads, fit_overheads_pruned, measure_stretch
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.schema import DDPSpec
 
