@@ -96,7 +96,10 @@ def _ddp_world1(root: _Fields, plain_step_s: float) -> _World1:
         if paired is not None and not math.isfinite(paired):
             raise rec.error("ddp_minus_plain_s", f"expected a finite number of seconds, got {paired!r}")
         by_variant.setdefault(variant, []).append(paired if paired is not None else seconds - step_s)
-        caps.append(float(rec.get("bucket_cap_mb", (int, float), "MB")))
+        cap_mb = float(rec.get("bucket_cap_mb", (int, float), "MB"))
+        if not (math.isfinite(cap_mb) and cap_mb > 0):
+            raise rec.error("bucket_cap_mb", f"expected a number of MB > 0, got {cap_mb!r}")
+        caps.append(cap_mb)
         lead = rec.seconds("backward_host_lead_s", optional=True)
         if lead is not None and variant == "none":
             leads.append(lead)
@@ -159,11 +162,15 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
     if precision not in PRECISIONS:
         raise root.error("precision", f"expected one of {', '.join(PRECISIONS)}, got {precision!r}")
     seq_len = root.get("seq_len", (int,), "an integer or null", optional=True)
+    if seq_len is not None and seq_len < 1:
+        raise root.error("seq_len", f"expected a positive integer or null, got {seq_len}")
     forward_s = root.seconds("forward_s")
     backward_s = root.seconds("backward_s")
     optimizer_s = root.seconds("optimizer_s")
     assert forward_s is not None and backward_s is not None and optimizer_s is not None
     buffers = root.get("buffers_bytes", (int,), "an integer number of bytes", optional=True) or 0
+    if buffers < 0:
+        raise root.error("buffers_bytes", f"expected an integer number of bytes >= 0, got {buffers}")
     raw_params = root.get("params", (list,), "a list of parameter records")
     if not raw_params:
         raise root.error("params", "expected at least one parameter record")

@@ -31,6 +31,7 @@ import json
 import math
 import os
 import sys
+import zlib
 from bisect import bisect_right
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -105,7 +106,8 @@ def _read(path: str) -> dict[str, Any]:
         raise ScenarioError(f"not valid JSON (line {err.lineno}, column {err.colno}: {err.msg}); a trace cut "
                             "short (the profiler still writing, a full disk) reads so: export it again",
                             file=path) from None
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:
+        # zlib.error: gzip data whose header is right and whose deflate stream is not (a corrupt download)
         raise ScenarioError(f"cannot read the trace: {err}", file=path) from None
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents"), list):
         raise ScenarioError("expected a Kineto trace: a JSON object with a traceEvents list", file=path,
@@ -113,13 +115,115 @@ def _read(path: str) -> dict[str, Any]:
     return data
 
 
-def _complete(events: list[Any]) -> list[dict[str, Any]]:
-    """The complete ('X') events with numeric times; others (flows, metadata, instants) carry no duration."""
+def _complete(path: str, events: list[Any]) -> list[dict[str, Any]]:
+    """The complete ('X') events; others (flows, metadata, instants) carry no duration. Every field the
+    reader uses of an event it uses is checked here (``_check_event``): a kernel whose duration is text
+    was once dropped silently, and the step came out 19% short."""
     out = []
-    for ev in events:
-        if isinstance(ev, dict) and ev.get("ph") == "X" and _finite(ev.get("ts")) and _finite(ev.get("dur")):
+    for index, ev in enumerate(events):
+        if isinstance(ev, dict) and ev.get("ph") == "X":
+            # the category and name decide whether an event is used: they are checked on every one
+            for key in ("cat", "name"):
+                if key in ev and not isinstance(ev[key], str):
+                    raise ScenarioError(f"expected text, got {json.dumps(ev[key])[:60]}; a trace edited or written "
+                                        "by another tool: export it again from torch.profiler", file=path,
+                                        field=f"traceEvents[{index}].{key}")
+            if _used(ev):
+                _check_event(path, index, ev)
+            elif not (_finite(ev.get("ts")) and _finite(ev.get("dur"))):
+                continue  # an event of a kind never read (python_function, ...): its times do not matter
             out.append(ev)
     return out
+
+
+def _used(ev: dict[str, Any]) -> bool:
+    """Whether the reader times or places this event: GPU work, its launch, a CPU op, a step's span."""
+    cat, name = ev.get("cat"), ev.get("name")
+    if isinstance(cat, str) and cat.lower() in (*GPU_CATS, *LAUNCH_CATS, "cpu_op"):
+        return True
+    return isinstance(name, str) and name.startswith(("ProfilerStep#", ACCUMULATE, ENGINE_PREFIX))
+
+
+def _scalar_id(value: Any) -> bool:
+    return isinstance(value, int | str) and not isinstance(value, bool)
+
+
+def _capture(path: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """The capture script's metadata (``ddpsim.measure.trace``), its used fields checked; None without it."""
+    capture = data.get(CAPTURE_KEY)
+    if capture is None:
+        return None
+    def bad(key: str, expected: str, value: Any) -> ScenarioError:
+        return ScenarioError(f"expected {expected}, got {json.dumps(value)[:60]}; capture again with "
+                             "`python -m ddpsim.measure.trace`", file=path, field=f"{CAPTURE_KEY}{key}")
+    if not isinstance(capture, dict):
+        raise bad("", "an object (the capture's metadata)", capture)
+    for key in ("batch_size", "seq_len", "unprofiled_steps"):
+        value = capture.get(key)
+        if value is not None and not (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            raise bad(f".{key}", "a positive integer", value)
+    for key in ("model", "precision"):
+        if capture.get(key) is not None and not isinstance(capture[key], str):
+            raise bad(f".{key}", "text", capture[key])
+    plain = capture.get("unprofiled_step_s")
+    if plain is not None and not (_finite(plain) and plain > 0):
+        raise bad(".unprofiled_step_s", "seconds as a number > 0", plain)
+    params = capture.get("params")
+    if params is not None:
+        if not isinstance(params, list):
+            raise bad(".params", "a list of {name, shape}", params)
+        for i, param in enumerate(params):
+            if not isinstance(param, dict) or not isinstance(param.get("name"), str):
+                raise bad(f".params[{i}]", "an object with a name (text) and a shape", param)
+            if not _is_shape(param.get("shape", [])):
+                raise bad(f".params[{i}].shape", "a list of integer sizes >= 0", param.get("shape"))
+    order = capture.get("ready_order")
+    if order is not None and not (isinstance(order, list) and all(isinstance(n, str) for n in order)):
+        raise bad(".ready_order", "a list of parameter names", order)
+    return capture
+
+
+def _is_shape(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value)
+
+
+def _check_event(path: str, index: int, ev: dict[str, Any]) -> None:
+    """Refuse, naming ``traceEvents[i].FIELD``, an event whose used fields are not what Kineto writes."""
+    def bad(key: str, expected: str, value: Any) -> ScenarioError:
+        shown = json.dumps(value)[:60] if not isinstance(value, float) else repr(value)
+        return ScenarioError(f"expected {expected}, got {shown} (event {str(ev.get('name'))[:60]!r}); "
+                             "a trace edited or written by another tool: export it again from torch.profiler",
+                             file=path, field=f"traceEvents[{index}].{key}")
+    for key in ("ts", "dur"):
+        if key not in ev:
+            raise bad(key, "a number of microseconds", None)
+        if not _finite(ev[key]) or (key == "dur" and ev[key] < 0):
+            raise bad(key, "a finite number of microseconds" + (" >= 0" if key == "dur" else ""), ev[key])
+    if "tid" in ev and not _scalar_id(ev["tid"]):
+        raise bad("tid", "a thread id (a number or text)", ev["tid"])
+    if "args" not in ev:
+        return
+    args = ev["args"]
+    if not isinstance(args, dict):
+        raise bad("args", "an object", args)
+    for key in ("correlation", "External id"):
+        if key in args and not _scalar_id(args[key]):
+            raise bad(f"args.{key}", "an id (an integer)", args[key])
+    elems = args.get("In msg nelems")
+    if elems is not None and not (isinstance(elems, int) and not isinstance(elems, bool) and elems >= 0):
+        raise bad("args.In msg nelems", "an integer number of elements >= 0", elems)
+    dims = args.get("Input Dims")
+    if dims is not None:
+        if not isinstance(dims, list):
+            raise bad("args.Input Dims", "a list of shapes", dims)
+        for k, shape in enumerate(dims):
+            # Kineto writes [] for an input that is not a tensor and a list of shapes for a TensorList
+            if not (_is_shape(shape) or isinstance(shape, list) and all(_is_shape(s) for s in shape)):
+                raise bad(f"args.Input Dims[{k}]", "a shape (a list of integer sizes >= 0) or a list of shapes",
+                          shape)
+    types = args.get("Input type")
+    if types is not None and not (isinstance(types, list) and all(isinstance(t, str) for t in types)):
+        raise bad("args.Input type", "a list of type names (text)", types)
 
 
 def _finite(value: Any) -> bool:
@@ -183,6 +287,9 @@ def _grad_of(path: str, ev: dict[str, Any], step: str) -> tuple[tuple[int, ...],
     if not isinstance(dims, list) or not dims or not isinstance(dims[0], list):
         raise ScenarioError(f"{step}: the AccumulateGrad ops carry no input shapes (the trace was taken without "
                             f"record_shapes=True); {RETRACE}", file=path, field="args.Input Dims")
+    if not _is_shape(dims[0]):
+        raise ScenarioError(f"{step}: an AccumulateGrad's input is not one tensor's shape: {json.dumps(dims[0])[:60]}",
+                            file=path, field="args.Input Dims")
     shape = tuple(int(d) for d in dims[0])
     torch_type = types[0] if isinstance(types, list) and types else "float"
     dtype = TORCH_TYPES.get(str(torch_type))
@@ -308,7 +415,7 @@ def _batch_size(capture: dict[str, Any] | None, events: list[dict[str, Any]], sp
         if not s0 <= t < bwd_cpu_start or ev.get("tid") != main_tid or ev.get("cat") != "cpu_op":
             continue
         for dims in _args(ev).get("Input Dims") or []:
-            if isinstance(dims, list) and len(dims) >= 2 and tuple(dims) not in shapes:
+            if _is_shape(dims) and len(dims) >= 2 and tuple(dims) not in shapes:
                 return int(dims[0]), f"{ev.get('name')}'s input {list(dims)}"
     return None, ""
 
@@ -321,8 +428,8 @@ def read_trace(path: str, cpu_times: bool = False) -> TraceSummary:
     """Read a Kineto trace (JSON, gzip too) into a ``ddpsim.profile/1`` record; a trace that cannot give
     the profile raises ScenarioError naming the file and what to re-trace with."""
     data = _read(path)
-    events = _complete(data["traceEvents"])
-    capture = data.get(CAPTURE_KEY) if isinstance(data.get(CAPTURE_KEY), dict) else None
+    events = _complete(path, data["traceEvents"])
+    capture = _capture(path, data)
     # the CPU's spans: Kineto copies each onto the GPU's timeline too (cat gpu_user_annotation)
     spans = sorted((ev for ev in events if str(ev.get("name", "")).startswith("ProfilerStep#")
                     and str(ev.get("cat", "")).lower() != "gpu_user_annotation"), key=lambda ev: float(ev["ts"]))
