@@ -414,9 +414,14 @@ def apply_overrides(data: dict, overrides: Iterable[str], file: str) -> dict:
             raise ScenarioError("--set gives an empty value; write the value (or null to unset)", file=file,
                                 field=dotted.strip() or item)
         try:
-            value = yaml.safe_load(text)
+            bomb = _alias_bomb(yaml.compose(text, Loader=_YAML_LOADER))
+            value = yaml.load(text, Loader=_YAML_LOADER)
         except yaml.YAMLError:
-            value = text
+            bomb, value = None, text
+        if bomb:
+            raise ScenarioError(f"the --set value's aliases (*name) expand it to {bomb[1]:,} values, more than the "
+                                f"{MAX_EXPANDED_VALUES:,} a scenario may hold (an alias bomb?)", file=file,
+                                field=dotted.strip() or item)
         _set_dotted(data, dotted.strip(), value, file)
     return data
 
@@ -466,11 +471,18 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     )
 
 
-def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[str, int, int] | None:
+def _duplicate_key(node: yaml.Node | None, path: str = "",
+                   seen_nodes: set[int] | None = None) -> tuple[str, int, int] | None:
     """(dotted key, first line, second line) of the first key written twice in one mapping, or None.
 
     PyYAML keeps the last of two equal keys silently (``batch_size: 64`` then ``batch_size: 2`` ran
-    with 2), so the composed node tree is walked before the values are built."""
+    with 2), so the composed node tree is walked before the values are built. An alias is the node it
+    names, not a copy: each node is walked once (``seen_nodes``), so nine levels of nine aliases (an
+    alias bomb, 9^9 paths) take as many steps as the file has nodes."""
+    seen_nodes = set() if seen_nodes is None else seen_nodes
+    if node is None or id(node) in seen_nodes:
+        return None
+    seen_nodes.add(id(node))
     if isinstance(node, yaml.MappingNode):
         seen: dict[str, int] = {}
         for key_node, value_node in node.value:
@@ -482,15 +494,54 @@ def _duplicate_key(node: yaml.Node | None, path: str = "") -> tuple[str, int, in
             if key in seen:
                 return dotted, seen[key], line
             seen[key] = line
-            found = _duplicate_key(value_node, dotted)
+            found = _duplicate_key(value_node, dotted, seen_nodes)
             if found:
                 return found
     elif isinstance(node, yaml.SequenceNode):
         for index, item in enumerate(node.value):
-            found = _duplicate_key(item, f"{path}[{index}]")
+            found = _duplicate_key(item, f"{path}[{index}]", seen_nodes)
             if found:
                 return found
     return None
+
+
+# values a scenario may expand to through aliases: a 16,384-GPU custom graph written out is about 200,000;
+# past this, every later step (validation, its messages, the result's copy of the scenario) would walk
+# each alias's copy again, and nine levels of nine aliases are 435 million values
+MAX_EXPANDED_VALUES = 2_000_000
+
+
+def _expanded_values(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """How many values ``node`` stands for once every alias in it is replaced by what it names; each node
+    is counted once (``sizes`` keeps the counts), so this takes as many steps as the file has nodes."""
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    sizes[id(node)] = 1  # an alias that names its own ancestor: counted once, never recursed into
+    total = 1
+    if isinstance(node, yaml.SequenceNode):
+        total += sum(_expanded_values(item, sizes) for item in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        total += sum(_expanded_values(k, sizes) + _expanded_values(v, sizes) for k, v in node.value)
+    sizes[id(node)] = total
+    return total
+
+
+def _alias_bomb(root: yaml.Node | None) -> tuple[str, int] | None:
+    """(the top-level key holding the most, the values its value expands to; "" and the whole document's
+    where it is not a mapping) where aliases make the document stand for more than MAX_EXPANDED_VALUES
+    values; None otherwise."""
+    if root is None:
+        return None
+    sizes: dict[int, int] = {}
+    total = _expanded_values(root, sizes)
+    if total <= MAX_EXPANDED_VALUES:
+        return None
+    if isinstance(root, yaml.MappingNode) and root.value:
+        key_node, value_node = max(root.value, key=lambda kv: sizes.get(id(kv[1]), 0))
+        if isinstance(key_node, yaml.ScalarNode):
+            return str(key_node.value), sizes[id(value_node)]
+    return "", total
 
 
 # libyaml's safe loader where PyYAML has it: the Python one takes about 20 s for a 16,384-GPU custom
@@ -503,7 +554,13 @@ def read_scenario_dict(path: str) -> dict:
     try:
         with open(path, encoding="utf-8") as handle:
             text = handle.read()
-        duplicate = _duplicate_key(yaml.compose(text, Loader=_YAML_LOADER))
+        composed = yaml.compose(text, Loader=_YAML_LOADER)
+        bomb = _alias_bomb(composed)
+        if bomb:
+            raise ScenarioError(f"its aliases (*name) expand it to {bomb[1]:,} values, more than the "
+                                f"{MAX_EXPANDED_VALUES:,} a scenario may hold (an alias bomb?); write the values "
+                                "out or use fewer aliases", file=path, field=bomb[0] or None)
+        duplicate = _duplicate_key(composed)
         data = yaml.load(text, Loader=_YAML_LOADER)
     except FileNotFoundError:
         raise ScenarioError("file not found", file=path) from None

@@ -12,7 +12,7 @@ import statistics
 import time
 from collections.abc import Generator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, TextIO
 
 import numpy as np
 import simpy
@@ -53,6 +53,30 @@ class _CountingEnvironment(simpy.Environment):
     def step(self) -> None:
         self.events_processed += 1
         super().step()
+
+
+PROGRESS_EVERY_S = 5.0  # a long simulation (the documented 100,000 steps) prints a line at least this often
+
+
+class _StepProgress:
+    """One line on ``stream`` every PROGRESS_EVERY_S while steps are simulated, with the time left at the
+    rate so far; nothing for a simulation that ends sooner."""
+
+    def __init__(self, stream: TextIO | None, total: int) -> None:
+        self.stream, self.total = stream, total
+        self.start = self.last = time.perf_counter()
+
+    def step_done(self, done: int) -> None:
+        if self.stream is None:
+            return
+        now = time.perf_counter()
+        if now - self.last < PROGRESS_EVERY_S:
+            return
+        self.last = now
+        left_s = (now - self.start) / done * (self.total - done)
+        self.stream.write(f"ddpsim: simulated {done:,} of {self.total:,} steps in {now - self.start:.0f} s, "
+                          f"about {left_s:.0f} s left\n")
+        self.stream.flush()
 
 
 @dataclass(frozen=True)
@@ -323,8 +347,9 @@ def _resolve_mode(scenario: Scenario) -> str:
     return mode
 
 
-def simulate(scenario: Scenario | Prepared) -> Result:
-    """Simulate ``simulation.iterations`` steady-state steps and return the Result."""
+def simulate(scenario: Scenario | Prepared, progress: TextIO | None = None) -> Result:
+    """Simulate ``simulation.iterations`` steady-state steps and return the Result; ``progress`` (the CLI's
+    stderr) gets a line every few seconds of a long simulation."""
     wall_start = time.perf_counter()
     prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     sc = prep.scenario
@@ -388,9 +413,12 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     )
     bucket_of_param = {p: b.index for b in prep.buckets for p in b.param_indices}
     traces: dict[int, list[RankTrace]] = {r: [] for r in ranks}
+    steps_done = _StepProgress(progress, sim.iterations)
 
     def rank_process(rank: int) -> Generator[Any, Any, None]:
         for step in range(sim.iterations):
+            if rank == ranks[0] and step:
+                steps_done.step_done(step)
             factor = plan.factors[rank][step]
             costs = _scaled(bases[kind_of_rank[rank]], factor)
             later = _scaled(later_bases[kind_of_rank[rank]], factor) if accumulating else costs

@@ -334,7 +334,7 @@ def cmd_variability(args: argparse.Namespace) -> int:
         args.degraded_link_factor, args.seed,
     )
     scenario = load_scenario(args.scenario, [*args.overrides, *extra])
-    study = variability_study(scenario)
+    study = variability_study(scenario, sys.stderr)
     data = document("variability", study.to_dict(), scenario)
     if args.out:
         from ddpsim.outdir import atomic_dir

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from typing import Any
 
 from ddpsim.cli.args import add_command, add_scenario_args
@@ -29,7 +30,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.report.tables import bucket_table, summary_table
     from ddpsim.simulation import simulate
 
-    result = simulate(load_scenario(args.scenario, args.overrides))
+    result = simulate(load_scenario(args.scenario, args.overrides), progress=sys.stderr)
     traces: list[str] = []
     if args.trace:
         from ddpsim.report.trace import write_trace

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TextIO
 
 from ddpsim.errors import ScenarioError
 from ddpsim.results import Result
@@ -282,11 +282,12 @@ class VariabilityStudy:
         }
 
 
-def variability_study(scenario: Scenario) -> VariabilityStudy:
-    """Simulate ``simulation.iterations`` steps with the scenario's jitter/straggler/link settings."""
+def variability_study(scenario: Scenario, progress: TextIO | None = None) -> VariabilityStudy:
+    """Simulate ``simulation.iterations`` steps with the scenario's jitter/straggler/link settings
+    (``progress``: a line every few seconds of a long simulation)."""
     from ddpsim.simulation import simulate
 
-    return VariabilityStudy(simulate(scenario))
+    return VariabilityStudy(simulate(scenario, progress))
 
 
 def variability_table(study: VariabilityStudy, scenario: Scenario, markdown: bool = False) -> str:
