@@ -139,6 +139,9 @@ class _Reader:
                 return self._fail(key, f"expected true or false, got {raw!r}")
             return raw
         if fs.kind == "choice":
+            if isinstance(raw, bool) and {"on", "off"} <= set(fs.choices):
+                # YAML 1.1 reads on/off (yes/no) as booleans: `nvls: off`, as the docs write it, is "off"
+                return "on" if raw else "off"
             value = raw if isinstance(raw, str) else str(raw).lower()
             if value not in fs.choices:
                 near = difflib.get_close_matches(value, fs.choices, n=1)

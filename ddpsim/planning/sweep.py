@@ -212,8 +212,14 @@ def scenario_hash(scenario: Scenario) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+# how the loader words a value of the wrong kind for its field, whatever the rest of the scenario holds
+_WRONG_KIND = ("expected one of", "expected an integer", "expected a number", "expected true or false",
+               "expected a finite number")
+
+
 def validate_points(points: Sequence[SweepPoint], axes: Sequence[GridAxis], file: str, base_dir: str) -> None:
-    """Build every point's Scenario; unknown grid fields raise, bad values mark just that point."""
+    """Build every point's Scenario; unknown grid fields and values of the wrong kind (a choice that is not
+    one, text for a number) raise, values out of range mark just their points."""
     for point in points:
         try:
             scenario = scenario_from_dict(point.data, file=file, base_dir=base_dir)
@@ -221,6 +227,12 @@ def validate_points(points: Sequence[SweepPoint], axes: Sequence[GridAxis], file
             for axis in axes:
                 if _is_unknown_field(exc, axis.field):
                     raise ScenarioError(f"--grid {exc.detail}", file=exc.file, field=exc.field) from None
+                if exc.field == axis.field and exc.detail.startswith(_WRONG_KIND):
+                    # wrong in every point, whatever the other axes say (a typo): nothing to simulate
+                    value = next(t for t, v in zip(axis.texts, axis.values, strict=True)
+                                 if v is point.values[axis.field])  # the very object: 1 == True, nan != nan
+                    raise ScenarioError(f"--grid value {value!r}: {exc.detail}", file=exc.file,
+                                        field=exc.field) from None
             point.invalid = str(exc)
             point.hash = "invalid-" + hashlib.sha256(
                 json.dumps(point.data, sort_keys=True, default=str).encode()
