@@ -33,7 +33,7 @@ from ddpsim.intervals import union_length
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
-from ddpsim.scenario.schema import Scenario
+from ddpsim.scenario.schema import ClusterSpec, Scenario
 from ddpsim.schemas import resolved_scenario
 from ddpsim.sharded_simulation import memory_check, simulate_sharded, zero1_optimizer_s
 from ddpsim.topology import Topology, build_topology
@@ -84,7 +84,7 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
         workload = load_workload(scenario.workload, scenario.base_dir)
         calibrated = apply_calibration(scenario, workload.name)
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
-        kinds = list(dict.fromkeys(get_gpu(name) for name in dict.fromkeys(scenario.cluster.rank_gpus)))
+        kinds = list(dict.fromkeys(get_gpu(name) for name in _gpu_names(scenario.cluster)))
         gpu = kinds[0]  # rank 0's
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
         if len(kinds) > 1 and workload.measured is not None:
@@ -150,6 +150,13 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
+
+
+def _gpu_names(cluster: ClusterSpec) -> list[str]:
+    """The cluster's GPU names in rank order, each once (without listing every rank's)."""
+    if cluster.node_groups is None:
+        return [cluster.gpu]
+    return list(dict.fromkeys(group.gpu or cluster.gpu for group in cluster.node_groups))
 
 
 def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:
@@ -392,8 +399,11 @@ def simulate(scenario: Scenario | Prepared) -> Result:
     jitter_cv = prep.workload.step_jitter_cv if sim.jitter_from_profile else sim.jitter_cv
     factors = draw_factors(world, sim.iterations, sim.seed, jitter_cv or 0.0, sim.straggler_rank, sim.straggler_slowdown)
     kind_names = [p.gpu.name for p in kind_preps]
-    kind_of_name = {name: kind_names.index(get_gpu(name).name) for name in dict.fromkeys(sc.cluster.rank_gpus)}
-    kind_of_rank = [kind_of_name[name] for name in sc.cluster.rank_gpus]
+    if len(kind_preps) == 1:
+        kind_of_rank = [0] * world
+    else:
+        kind_of_name = {name: kind_names.index(get_gpu(name).name) for name in _gpu_names(sc.cluster)}
+        kind_of_rank = [kind_of_name[name] for name in sc.cluster.rank_gpus]
     # ranks of different GPU kinds run different costs: they fold only with their own kind
     plan = plan_ranks(factors, classes=np.array(kind_of_rank)) if len(kind_preps) > 1 else plan_ranks(factors)
     ranks = list(plan.factors)

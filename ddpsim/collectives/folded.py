@@ -20,8 +20,9 @@ one leaf per rail), c = g channels:
   (S/(n c) per ring step, S 2(N-1)/(gN) per rail ring) and step count 2(n-1).
 * Tree and NVLS: the flows inside a node (the channel chains, the switch's) share no link with the
   flows between nodes (head to head, on the head's own rail: no PXN hop). The node's flows are
-  priced on one node; the network's on N nodes of one GPU each, one rail (each channel has its own
-  rail, and every rail is built alike), at a c-th of the bytes.
+  priced on one node; the network's on one rail, GPU 0 of every node (each channel has its own rail,
+  and every rail is built alike). Its flows all carry S/(2c), so the last ends when the most loaded
+  link has carried its flows: counting flows per link is enough, no flow need be listed.
 
 Latency paths are counted in closed form: hops inside a node and hops across nodes, each of one
 latency on these fabrics (the spine's links add none). ``tests/test_folded.py`` checks every price
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -114,7 +115,7 @@ class FoldedTopology(Topology):
         self.uniform = True
         self.capacity_Bps = np.concatenate([p.capacity_Bps for p in parts])
         self.latency_s = np.concatenate([p.latency_s for p in parts])
-        self.link_class = tuple(c for p in parts for c in p.link_class)
+        self.link_class = ring.link_class + node.link_class + rail.link_class
         self.intra_transport = ring.intra_transport
         self.nics_per_node = ring.nics_per_node
         self.description = (f"{cluster.nodes}x{cluster.gpus_per_node} {cluster.intra_node.type} + "
@@ -149,35 +150,32 @@ class FoldedTopology(Topology):
         """
         ring = self.ring
         shares = []
-        for part, offset in zip(self.parts, self.offsets, strict=True):
+        for part, offset in ((self.ring, 0), (self.node, self.offsets[1])):
             values = per_link[offset:offset + part.n_links]
-            shares.append((part, values, np.flatnonzero(values)))
-        ring_share = dict(zip(ring.link_names(shares[0][2].tolist()), shares[0][1][shares[0][2]].tolist(), strict=True))
-        node_part, node_values, node_used = shares[1]
-        node_share = dict(zip(node_part.link_names(node_used.tolist()), node_values[node_used].tolist(), strict=True))
-        rail_part, rail_values, rail_used = shares[2]
-        rail_share: dict[str, float] = {}
+            used = np.flatnonzero(values)
+            shares.append(dict(zip(part.link_names(used.tolist()), values[used].tolist(), strict=True)))
+        ring_share, node_share = shares
+        rail = self.rail
+        rail_values = per_link[self.offsets[2]:]
+        rail_used = np.flatnonzero(rail_values)
 
         def value(name: str) -> float:
             total = ring_share.get(_renamed(name, ring.nodes, self.ring_leaves), 0.0)
             total += node_share.get(_renamed(name, 1, 1), 0.0)
-            if _RAIL.search(name) is not None or ".endpoint" in name:
-                total += rail_share.get(_renamed(name, None, None, to_rail_0=True), 0.0)
-            return total
+            link = rail.link_id(_renamed(name, None, None, to_rail_0=True))
+            return total + (float(rail_values[link]) if link is not None else 0.0)
 
         found: dict[str, float] = {}
         for name in [*ring_share, *node_share]:
             found[name] = 0.0
         ring_most = max(ring_share.values(), default=0.0)
-        by_share = rail_used[np.argsort(-rail_values[rail_used], kind="stable")]
-        names = rail_part.link_names(by_share.tolist())
-        rail_share.update(zip(names, rail_values[by_share].tolist(), strict=True))
         found = {name: value(name) for name in found}
         kept = heapq.nlargest(count, found.values())
         heapq.heapify(kept)  # the count largest values so far, smallest on top
-        for name, share in zip(names, rail_values[by_share].tolist(), strict=True):
+        for link, share in _largest_first(rail_values, rail_used, 4 * count):
             if len(kept) >= count and share + ring_most <= kept[0]:
                 break  # ties with the last kept: any of them may be named
+            name = rail.link_names([link])[0]
             found[name] = value(name)
             heapq.heappushpop(kept, found[name]) if len(kept) >= count else heapq.heappush(kept, found[name])
         return sorted(found.items(), key=lambda item: (-item[1], item[0]))[:count]
@@ -209,7 +207,8 @@ class FoldedCollectiveModel(CollectiveModel):
                                         ring_leaves=1 if per_leaf is None else 2), protocol_table,
                          nvls=nvls)
         self.folded: FoldedTopology = self.topology  # type: ignore[assignment]
-        self._network: _Flows | None = None  # the tree's and NVLS's flows between nodes (one rail)
+        self._loads: np.ndarray | None = None  # flows per link of the tree's and NVLS's network (one rail)
+        self._most_loaded: float | None = None  # the most flows per byte/s of capacity on one of its links
 
     def schedule(self, algorithm: str, nbytes: float) -> list[Phase]:
         raise ValueError("a folded cluster has no per-rank schedule: DETAILED mode builds the whole cluster")
@@ -255,19 +254,43 @@ class FoldedCollectiveModel(CollectiveModel):
         return self._node_and_network(nvls_schedule(g, g, 1.0, self.channels)[0].transfers, intra_hops=1)
 
     def _node_and_network(self, node_transfers: tuple[Transfer, ...], intra_hops: int) -> _PricedPhase:
-        """A tree-shaped phase: the flows inside one node, and channel 0's head-to-head flows over the
-        double binary tree of the nodes (one GPU per node) at S/(2c) each; latency: ``intra_hops``
+        """A tree-shaped phase: the flows inside one node, priced as flows, beside channel 0's head-to-head
+        flows over the double binary tree of the nodes (``_network_loads``); latency: ``intra_hops``
         inside a node and up and down the deeper tree between nodes."""
         topo = self.folded
-        node, rail = topo.node, topo.rail
-        if self._network is None:
-            src, dst, count = _tree_pairs(topo.nodes)
-            indptr, indices, latency = rail.routes(src, dst)
-            self._network = _Flows(indptr, indices + topo.offsets[2], np.full(len(src), 0.5 / self.channels),
-                                   count, latency, np.full(len(src), _NET), np.zeros(len(src), dtype=bool))
-        hops = [(node.route(1, 0).latency_s, False, intra_hops),
-                (rail.hop_latency_s, True, 2 * _tree_depth(topo.nodes))]
-        return self._phase([self._flows(1, node_transfers, 1.0), self._network], 1, hops)
+        hops = [(topo.node.route(1, 0).latency_s, False, intra_hops),
+                (topo.rail.hop_latency_s, True, 2 * _tree_depth(topo.nodes))]
+        return self._phase([self._flows(1, node_transfers, 1.0)], 1, hops)
+
+    def _network_loads(self) -> np.ndarray:
+        """Flows per link of the folded topology between nodes for a tree or an NVLS tree: each of them
+        carries S/(2c) (``tree_schedule``, ``nvls_schedule``). As all are alike, the last ends when the
+        most loaded link (flows over capacity) has carried its flows, whatever the re-sharing: that
+        link's flows all get its fair share from the start and no more later, every other flow at
+        least as much."""
+        if self._loads is None:
+            topo = self.folded
+            self._loads = np.zeros(topo.n_links)
+            self._loads[topo.offsets[2]:] = topo.rail.tree_loads()
+        return self._loads
+
+    def _unit_transfer_s(self, algorithm: str, protocol: str, index: int) -> float:
+        unit = super()._unit_transfer_s(algorithm, protocol, index)
+        if algorithm not in ("tree", NVLS) or self.folded.nodes < 2:
+            return unit
+        # the network's flows share no link with the node's: the phase ends with the later part
+        _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
+        if self._most_loaded is None:
+            self._most_loaded = float(np.max(self._network_loads() / self.folded.capacity_Bps))
+        return max(unit, self._most_loaded / (2 * self.channels) / efficiency[_NET])
+
+    def link_bytes(self, nbytes: float, algorithm: str, protocol: str = "simple") -> np.ndarray:
+        carried = super().link_bytes(nbytes, algorithm, protocol)
+        if algorithm in ("tree", NVLS) and self.folded.nodes > 1:
+            _, _, efficiency = self._protocol_coefficients(algorithm, protocol)
+            stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
+            carried = carried + self._network_loads() * nbytes * stretch / (2 * self.channels) / efficiency[_NET]
+        return carried
 
     # -- assembling a phase -----------------------------------------------------------------------
     def _flows(self, part_index: int, transfers: Sequence[Transfer], scale: float | np.ndarray) -> _Flows:
@@ -364,27 +387,47 @@ class _RailNetwork:
                 names.append(f"spine->{self._leaf(leaf)}" if down else f"{self._leaf(leaf)}->spine")
         return names
 
+    def link_id(self, name: str) -> int | None:
+        """The id of the link ``link_names`` calls ``name``, None where this rail has no such link."""
+        match = _RAIL_LINK.fullmatch(name)
+        if match is None:
+            return None
+        up_node, up_leaf, down_leaf, down_node, endpoint, spine_from, spine_to = match.groups()
+        if endpoint is not None:
+            node = int(endpoint)
+            return node * self.per_node + 2 if self.endpoint and node < self.nodes else None
+        if up_node is not None or down_node is not None:
+            node, leaf, kind = (int(up_node), up_leaf, 0) if up_node is not None else (int(down_node), down_leaf, 1)
+            if node >= self.nodes or leaf != self._leaf(node // self.per_leaf):
+                return None
+            return node * self.per_node + kind
+        leaf_name = spine_from if spine_from is not None else spine_to
+        index = int(leaf_name[len("rail0.leaf"):] or 0)
+        if self.leaves < 2 or index >= self.leaves or leaf_name != self._leaf(index):
+            return None
+        return self.nodes * self.per_node + 2 * index + int(spine_to is not None)
+
     def _leaf(self, k: int) -> str:
         return "rail0.leaf" if self.leaves == 1 else f"rail0.leaf{k}"
 
-    def routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(indptr, link ids, latency) of transfers from node ``src`` to node ``dst``: up the source's NIC,
-        through the spine where their leaves differ, down the destination's NIC."""
-        step = self.per_node
-        columns = [src * step, dst * step + 1]
-        if self.endpoint:
-            columns += [src * step + 2, dst * step + 2]
-        if self.leaves > 1:
-            base = self.nodes * step
-            crossing = src // self.per_leaf != dst // self.per_leaf
-            columns += [np.where(crossing, base + 2 * (src // self.per_leaf), -1),
-                        np.where(crossing, base + 2 * (dst // self.per_leaf) + 1, -1)]
-        table = np.column_stack(columns)
-        kept = table >= 0
-        lengths = kept.sum(axis=1)
-        indptr = np.zeros(len(src) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        return indptr, table[kept], np.full(len(src), self.hop_latency_s)
+    def tree_loads(self) -> np.ndarray:
+        """Flows on each link when every edge of the double binary tree over the nodes carries one flow
+        each way per tree (``schedules._head_tree_pairs`` of one channel, routed; counted without listing the flows)."""
+        degree = np.zeros(self.nodes)
+        crossing = np.zeros(self.leaves)
+        for parents in _double_tree(self.nodes):
+            child = np.flatnonzero(parents >= 0)
+            parent = parents[child]
+            degree += np.bincount(child, minlength=self.nodes) + np.bincount(parent, minlength=self.nodes)
+            if self.leaves > 1:
+                # an edge between leaves: one flow up and one down through each of its two leaves' uplinks
+                child_leaf, parent_leaf = child // self.per_leaf, parent // self.per_leaf
+                apart = child_leaf != parent_leaf
+                crossing += np.bincount(child_leaf[apart], minlength=self.leaves)
+                crossing += np.bincount(parent_leaf[apart], minlength=self.leaves)
+        per_node = [degree, degree] + ([2 * degree] if self.endpoint else [])
+        spine = np.repeat(crossing, 2) if self.leaves > 1 else np.zeros(0)
+        return np.concatenate([np.column_stack(per_node).reshape(-1), spine])
 
 
 def _double_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -403,18 +446,6 @@ def _double_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
     return first, np.where(mirrored == -1, -1, n - 1 - mirrored)
 
 
-def _tree_pairs(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The double binary tree as flows (src, dst, count): every edge of both trees both ways, an edge
-    both trees have counted twice (``schedules._head_tree_pairs`` for one channel, as arrays)."""
-    src, dst = [], []
-    for parents in _double_tree(n):
-        child = np.flatnonzero(parents >= 0)
-        src += [child, parents[child]]
-        dst += [parents[child], child]
-    pairs, count = np.unique(np.concatenate(src) * n + np.concatenate(dst), return_counts=True)
-    return pairs // n, pairs % n, count.astype(np.int64)
-
-
 def _tree_depth(n: int) -> int:
     """Edges from the deepest vertex to the root in the deeper tree (``schedules.tree_depth``)."""
     deepest = 0
@@ -430,7 +461,21 @@ def _tree_depth(n: int) -> int:
     return deepest
 
 
-_RAIL = re.compile(r"rail(\d+)")
+def _largest_first(values: np.ndarray, used: np.ndarray, head: int) -> Iterator[tuple[int, float]]:
+    """(index, value) of ``used`` by decreasing value (ties by index): the first ``head`` by a partial
+    sort, the rest sorted only if asked for."""
+    if head < len(used):
+        parted = np.argpartition(-values[used], head - 1)
+        first, rest = used[parted[:head]], used[parted[head:]]
+    else:
+        first, rest = used, used[:0]
+    for part in (first, rest):
+        ordered = part[np.lexsort((part, -values[part]))]
+        yield from zip(ordered.tolist(), values[ordered].tolist(), strict=True)
+
+
+_RAIL_LINK = re.compile(r"n(\d+)\.g0->(rail0\.leaf\d*)|(rail0\.leaf\d*)->n(\d+)\.g0|"
+                        r"n(\d+)\.g0\.endpoint->n\d+\.g0\.endpoint|(rail0\.leaf\d*)->spine|spine->(rail0\.leaf\d*)")
 _TOKEN = re.compile(r"\bn(\d+)\.|leaf(\d+)|rail(\d+)|\.g(\d+)\b")
 
 

@@ -151,17 +151,17 @@ def plan_ranks(factors: np.ndarray, fold: bool = True, classes: np.ndarray | Non
         reps.update(same[_maximal(factors[same])].tolist())
     factors_by_rep: dict[int, tuple[float, ...]] = {}
     members: dict[int, tuple[int, ...]] = {}
-    # a rank's members are the ranks of its row: looked up among those of its first column's value
-    by_first = np.argsort(table[:, 1], kind="stable") if table.shape[1] > 1 else np.arange(world)
-    first_sorted = table[by_first, 1] if table.shape[1] > 1 else np.zeros(world)
+    # a rank's members are the ranks of its row: looked up among those of its first step's factor (sorted
+    # once where there are many simulated ranks, a pass over the ranks for each of a few)
+    column = table[:, 1] if table.shape[1] > 1 else table[:, 0]
+    by_value = np.argsort(column, kind="stable") if len(reps) > 16 else None
     for rep in sorted(reps):
         factors_by_rep[rep] = tuple(factors[rep].tolist())
-        if table.shape[1] > 1:
-            low, high = np.searchsorted(first_sorted, table[rep, 1], "left"), np.searchsorted(
-                first_sorted, table[rep, 1], "right")
-            same = by_first[low:high]
+        if by_value is None:
+            same = np.flatnonzero(column == column[rep])
         else:
-            same = by_first
+            ordered = column[by_value]
+            same = by_value[np.searchsorted(ordered, column[rep], "left"):np.searchsorted(ordered, column[rep], "right")]
         members[rep] = tuple(np.sort(same[np.all(table[same] == table[rep], axis=1)]).tolist())
     dropped = world - sum(len(m) for m in members.values())
     return RankPlan(factors_by_rep, members, dropped)

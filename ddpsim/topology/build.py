@@ -159,28 +159,6 @@ class Topology:
         self._routes[key] = route
         return route
 
-    def network_routes(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Routes of many transfers between GPUs of different nodes at once, in CSR form: (indptr,
-        link ids, latency per route), equal to ``route`` of each pair. Vectorised where a preset
-        network carries them without a PXN hop (same rail, or a network without rails); else pair
-        by pair."""
-        src, dst = np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64)
-        router = self._router
-        found = router.network_arrays(src, dst) if isinstance(router, _PresetRouter) else None
-        if found is None:
-            routes = [self.route(int(a), int(b)) for a, b in zip(src.tolist(), dst.tolist(), strict=True)]
-            lengths = np.array([len(r.link_ids) for r in routes], dtype=np.int64)
-            indices = np.array([i for r in routes for i in r.link_ids], dtype=np.int64)
-            latency = np.array([r.latency_s for r in routes])
-        else:
-            lengths, indices = found
-            ends = np.cumsum(lengths)
-            summed = np.concatenate(([0.0], np.cumsum(self.latency_s[indices])))
-            latency = summed[ends] - summed[ends - lengths]
-        indptr = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=indptr[1:])
-        return indptr, indices, latency
-
     def transport(self, src_rank: int, dst_rank: int) -> str:
         """The transport class of a hop: the node's intra transport, or "net" across nodes."""
         if self.node_of(src_rank) == self.node_of(dst_rank):
@@ -326,26 +304,6 @@ class _PresetRouter:
             network = self._network(proxy, dst)
             return Route(self._intra(src, proxy) + network, float(sum(self.link_latency_s[i] for i in network)))
         return self._network(src, dst)
-
-    def network_arrays(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """``_network`` of many pairs at once: (links per route, the routes' link ids in order), or None
-        where a pair is in one node, would take a PXN hop, or the nodes' endpoints differ in links."""
-        node = np.asarray(self.node)
-        local = np.asarray(self.local)
-        if np.any(node[src] == node[dst]) or (self.pxn and np.any(local[src] != local[dst])):
-            return None
-        if len({len(x) for x in self.to_leaf}) != 1 or len({len(x) for x in self.from_leaf}) != 1:
-            return None
-        up, down = np.array(self.to_leaf, dtype=np.int64), np.array(self.from_leaf, dtype=np.int64)
-        leaf = np.asarray(self.leaf_of)
-        crossing = leaf[src] != leaf[dst]
-        spine = np.full((len(src), 2), -1, dtype=np.int64)
-        if crossing.any():
-            spine[crossing, 0] = np.asarray(self.leaf_up)[leaf[src[crossing]]]
-            spine[crossing, 1] = np.asarray(self.leaf_down)[leaf[dst[crossing]]]
-        table = np.concatenate([up[src], spine, down[dst]], axis=1)
-        kept = table >= 0
-        return kept.sum(axis=1), table[kept]
 
     def _network(self, src: int, dst: int) -> tuple[int, ...]:
         """From ``src``'s NIC to ``dst``: up to the leaf, through the spine where the leaves differ."""
