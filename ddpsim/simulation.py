@@ -19,6 +19,7 @@ import simpy
 
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.collectives import CollectiveModel
+from ddpsim.collectives.folded import FoldedCollectiveModel, FoldedTopology, fold_problem
 from ddpsim.collectives.nvls import nvls_of
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
@@ -32,7 +33,7 @@ from ddpsim.intervals import union_length
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
-from ddpsim.scenario.schema import Scenario
+from ddpsim.scenario.schema import ClusterSpec, Scenario
 from ddpsim.schemas import resolved_scenario
 from ddpsim.sharded_simulation import memory_check, simulate_sharded, zero1_optimizer_s
 from ddpsim.topology import Topology, build_topology
@@ -96,15 +97,18 @@ class Prepared:
     other_kinds: tuple[tuple[GPUSpec, StepCompute], ...] = ()
 
 
-def prepare(scenario: Scenario) -> Prepared:
-    """Resolve the workload, the GPU, the compute profile, the buckets and the network."""
+def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
+    """Resolve the workload, the GPU, the compute profile, the buckets and the network.
+
+    ``fold``: on a large uniform rail-optimised cluster in FAST mode, build and price the network on
+    the few nodes that differ (``collectives.folded``: the same prices); False: on every rank."""
     try:
         # the workload first: apply_calibration says when the calibration's overheads were fitted on other
         # models (and, with its comm_terms_fitted_models_only, leaves their communication terms out)
         workload = load_workload(scenario.workload, scenario.base_dir)
         calibrated = apply_calibration(scenario, workload.name)
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
-        kinds = list(dict.fromkeys(get_gpu(name) for name in scenario.cluster.rank_gpus))
+        kinds = list(dict.fromkeys(get_gpu(name) for name in _gpu_names(scenario.cluster)))
         gpu = kinds[0]  # rank 0's
         compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
         if len(kinds) > 1 and workload.measured is not None:
@@ -114,15 +118,23 @@ def prepare(scenario: Scenario) -> Prepared:
         other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency))
                             for kind in kinds[1:])
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
-        topology = build_topology(scenario.cluster)
         nvls = nvls_of(scenario.cluster)
+        folds = fold and _resolve_mode(scenario) == "fast" and scenario.simulation.degraded_link_factor >= 1.0 \
+            and fold_problem(scenario.cluster) is None
+        if folds:
+            collectives: CollectiveModel = FoldedCollectiveModel(scenario.cluster, protocol_table, nvls=nvls)
+            topology = collectives.topology
+        else:
+            topology = build_topology(scenario.cluster)
     except ScenarioError as exc:
         if exc.file is None:
             raise ScenarioError(exc.detail, file=scenario.source, field=exc.field) from None
         raise
-    if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
-        topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node, scenario.simulation.degraded_link_factor)
-    collectives = CollectiveModel(topology, protocol_table, nvls=nvls)
+    if not folds:
+        if scenario.simulation.degraded_link_factor < 1.0 and scenario.cluster.world_size > 1:
+            topology = _degrade_first_hop(topology, scenario.cluster.gpus_per_node,
+                                          scenario.simulation.degraded_link_factor)
+        collectives = CollectiveModel(topology, protocol_table, nvls=nvls)
     measured_in = workload.measured.source if workload.measured is not None else None
     measured_how = workload.measured.how if workload.measured is not None else ""
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
@@ -133,6 +145,9 @@ def prepare(scenario: Scenario) -> Prepared:
         sources["nvls"] = (f"NVLink SHARP weighed by auto (cluster.intra_node.nvls {scenario.cluster.intra_node.nvls}: "
                            f"{gpu.name} on NVSwitch has it and NCCL turns it on by default; NCCL's nvlsEfficiency "
                            f"{nvls.efficiency:g}); write nvls: off for a cluster run with NCCL_NVLS_ENABLE=0")
+    if folds:
+        sources["network_fold"] = (f"{topology.description}: all-reduces priced on {topology.n_links:,} representative "
+                                   "links (ddpsim.collectives.folded), equal to pricing every rank's flows")
     if scenario.cluster.world_size > 1:
         sources["ddp_per_rank_work"] = _per_rank_source(scenario, workload, gpu, measured_in)
         if scenario.ddp.comm_hook != "none":
@@ -159,6 +174,13 @@ def prepare(scenario: Scenario) -> Prepared:
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
+
+
+def _gpu_names(cluster: ClusterSpec) -> list[str]:
+    """The cluster's GPU names in rank order, each once (without listing every rank's)."""
+    if cluster.node_groups is None:
+        return [cluster.gpu]
+    return list(dict.fromkeys(group.gpu or cluster.gpu for group in cluster.node_groups))
 
 
 def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:
@@ -402,7 +424,11 @@ def simulate(scenario: Scenario | Prepared, progress: TextIO | None = None) -> R
     jitter_cv = prep.workload.step_jitter_cv if sim.jitter_from_profile else sim.jitter_cv
     factors = draw_factors(world, sim.iterations, sim.seed, jitter_cv or 0.0, sim.straggler_rank, sim.straggler_slowdown)
     kind_names = [p.gpu.name for p in kind_preps]
-    kind_of_rank = [kind_names.index(get_gpu(name).name) for name in sc.cluster.rank_gpus]
+    if len(kind_preps) == 1:
+        kind_of_rank = [0] * world
+    else:
+        kind_of_name = {name: kind_names.index(get_gpu(name).name) for name in _gpu_names(sc.cluster)}
+        kind_of_rank = [kind_of_name[name] for name in sc.cluster.rank_gpus]
     # ranks of different GPU kinds run different costs: they fold only with their own kind
     plan = plan_ranks(factors, classes=np.array(kind_of_rank)) if len(kind_preps) > 1 else plan_ranks(factors)
     ranks = list(plan.factors)
@@ -573,6 +599,10 @@ def _link_records(prep: Prepared, network: Any, end_s: float) -> list[LinkRecord
         return []
     busy = network.busy_time_s if network is not None else _priced_busy_s(prep, prep.scenario.simulation.iterations)
     total = max(end_s, 1e-30)
+    if isinstance(prep.topology, FoldedTopology):
+        # representative links, each named as the link of the whole cluster it is
+        top = prep.topology.busiest(np.asarray(busy), 16)
+        return [LinkRecord(name, busy_s, busy_s / total) for name, busy_s in top if busy_s > 0]
     order = sorted(range(len(busy)), key=lambda i: -busy[i])[:16]
     return [LinkRecord(prep.topology.link_names([i])[0], float(busy[i]), float(busy[i]) / total)
             for i in order if busy[i] > 0]

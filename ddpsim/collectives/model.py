@@ -62,6 +62,12 @@ class _PricedPhase:
     path_latency_s: np.ndarray | None  # per hop of the latency path (pipelined phases)
     path_transport: np.ndarray | None
     rate_Bps: np.ndarray | None = None  # filled on first FAST pricing
+    # a folded cluster's phase (``collectives.folded``) gives its latency path as distinct hops, how often
+    # each occurs and whether it stays in a node, and which flows stay in a node; None: read off the phase
+    path_weight: np.ndarray | None = None
+    path_intra: np.ndarray | None = None
+    local: np.ndarray | None = None
+    matrix: LinkMatrix | None = None  # the flows x links incidence where built as arrays (else from link_ids)
 
 
 class CollectiveModel:
@@ -219,7 +225,7 @@ class CollectiveModel:
         _, _, efficiency = self._protocol_coefficients(_check_algorithm(algorithm), protocol)
         stretch = self.bandwidth_stretch(nbytes, algorithm, protocol)
         for priced in self._structure(algorithm):
-            matrix = LinkMatrix.from_lists(priced.link_ids)
+            matrix = self._matrix(priced)
             per_flow = priced.fraction * nbytes * stretch * priced.count / efficiency[priced.transport]
             flow_of_entry = np.repeat(np.arange(len(per_flow)), np.diff(matrix.indptr))
             carried += priced.phase.repeat * np.bincount(matrix.indices, weights=per_flow[flow_of_entry],
@@ -409,12 +415,14 @@ class CollectiveModel:
         topo = self.topology
         floor_s = self.protocol_table.ring_intra_floor_s(protocol, topo.nodes) if algorithm == "ring" else 0.0
         if floor_s > 0:
-            intra = self._path_intra.get(id(priced))
+            intra = self._path_intra.get(id(priced)) if priced.path_intra is None else priced.path_intra
             if intra is None:
                 intra = np.array([topo.node_of(s) == topo.node_of(d) for s, d in priced.phase.latency_path],
                                  dtype=bool)
                 self._path_intra[id(priced)] = intra
             path_s = np.where(intra, np.maximum(path_s, floor_s), path_s)
+        if priced.path_weight is not None:
+            path_s = path_s * priced.path_weight
         total = float(np.sum(path_s)) * self._plateau(nbytes, algorithm, protocol)
         return np.zeros(len(priced.fraction)), total / priced.phase.repeat
 
@@ -437,7 +445,9 @@ class CollectiveModel:
                     # rates on the node's own links only (network links unbounded): NCCL reads the
                     # ring's bandwidth inside a node off the node's topology whatever the NICs carry;
                     # sharing with the NIC's speed made a faster NIC slow the tree
-                    local = np.array([node_of(t.src_rank) == node_of(t.dst_rank) for t in priced.phase.transfers])
+                    local = priced.local
+                    if local is None:
+                        local = np.array([node_of(t.src_rank) == node_of(t.dst_rank) for t in priced.phase.transfers])
                     if not local.any():
                         continue
                     rates = max_min_rates(self._matrix(priced), self._intra_capacity_Bps(), priced.count)
@@ -534,7 +544,7 @@ class CollectiveModel:
         return priced.rate_Bps
 
     def _matrix(self, priced: _PricedPhase) -> LinkMatrix:
-        matrix = self._matrices.get(id(priced))
+        matrix = self._matrices.get(id(priced)) if priced.matrix is None else priced.matrix
         if matrix is None:
             matrix = self._matrices[id(priced)] = LinkMatrix.from_lists(priced.link_ids)
         return matrix

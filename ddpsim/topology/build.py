@@ -15,6 +15,7 @@ inter-node route costs the configured network latency once, whatever the switch 
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,7 +73,8 @@ class Topology:
     """A built cluster: the graph, GPUs in rank order, directed link arrays and routes.
 
     Attributes:
-        graph: ``nx.DiGraph``; edges carry bandwidth_Bps, latency_s, link_class ("intra"|"inter")
+        graph: ``nx.DiGraph`` (a preset's is assembled on first use: routing never needs it, and at
+            131,072 GPUs it took most of the build's time and memory); edges carry bandwidth_Bps, latency_s, link_class ("intra"|"inter")
             and link_id (the index into the per-link arrays).
         gpu_vertices: vertex name of each rank, in rank order.
         node_sizes: GPUs of each node in rank order (ranks node-major); ``gpus_per_node`` is the
@@ -89,7 +91,8 @@ class Topology:
     def __init__(
         self,
         *,
-        graph: nx.DiGraph,
+        graph: nx.DiGraph | None = None,
+        vertices: dict[str, dict[str, object]] | None = None,
         gpu_vertices: Sequence[str],
         gpus_per_node: int,
         links: _LinkTable,
@@ -99,7 +102,10 @@ class Topology:
         nics_per_node: int = 1,
         node_sizes: Sequence[int] | None = None,
     ) -> None:
-        self.graph = graph
+        if graph is None and vertices is None:
+            raise ValueError("a topology needs its graph or its vertices")
+        self._graph = graph
+        self._vertices = vertices
         self.gpu_vertices: tuple[str, ...] = tuple(gpu_vertices)
         self.gpus_per_node = gpus_per_node
         self.world_size = len(self.gpu_vertices)
@@ -121,6 +127,13 @@ class Topology:
         self._links = links
         self._router = router
         self._routes: dict[tuple[int, int], Route] = {}
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        if self._graph is None:
+            assert self._vertices is not None
+            self._graph = _assemble_graph(self._vertices, self._links)
+        return self._graph
 
     @property
     def n_links(self) -> int:
@@ -180,11 +193,14 @@ class Topology:
         links.src, links.dst = self._links.src, self._links.dst
         links.bandwidth_Bps = [float(c) for c in capacity]
         links.latency_s, links.link_class = self._links.latency_s, self._links.link_class
-        graph = self.graph.copy()
-        for i in np.flatnonzero(capacity != self.capacity_Bps):
-            graph.edges[links.src[i], links.dst[i]]["bandwidth_Bps"] = float(capacity[i])
+        graph = None
+        if self._graph is not None or self._vertices is None:
+            graph = self.graph.copy()
+            for i in np.flatnonzero(capacity != self.capacity_Bps):
+                graph.edges[links.src[i], links.dst[i]]["bandwidth_Bps"] = float(capacity[i])
         twin = Topology(
             graph=graph,
+            vertices=self._vertices,
             gpu_vertices=self.gpu_vertices,
             gpus_per_node=self.gpus_per_node,
             links=links,
@@ -222,7 +238,7 @@ def _gpu(node: int, index: int) -> str:
 
 
 def _check_positive(value: float, field: str, what: str) -> None:
-    if not (value > 0 and np.isfinite(value)):
+    if not (value > 0 and math.isfinite(value)):
         raise ScenarioError(f"{what} must be a positive finite number, got {value!r}", field=field)
 
 
@@ -371,11 +387,10 @@ def _build_preset(cluster: ClusterSpec, nodes_per_leaf: int | None) -> Topology:
     if n_nodes > 1:
         nics = _build_inter(cluster, router, links, vertices, nodes_per_leaf)
 
-    graph = _assemble_graph(vertices, links)
     shape = f"{n_nodes}x{g}" if len(set(sizes)) == 1 else "+".join(
         f"{group.count}x{group.gpus_per_node}" for group in cluster.node_groups or ())
     description = f"{shape} {intra.type}" + (f" + {inter.type}" if n_nodes > 1 else "")
-    return Topology(graph=graph, gpu_vertices=gpus, gpus_per_node=sizes[0], links=links, router=router,
+    return Topology(vertices=vertices, gpu_vertices=gpus, gpus_per_node=sizes[0], links=links, router=router,
                     intra_transport=nccl_transport_of_type(intra.type), description=description, nics_per_node=nics,
                     node_sizes=sizes)
 
