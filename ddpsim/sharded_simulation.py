@@ -15,12 +15,13 @@ from typing import Any
 from ddpsim.collectives import CollectiveModel
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec
-from ddpsim.hardware.compute import StepCompute
+from ddpsim.hardware.compute import STATE_BYTES_PER_PARAM, StepCompute, resolve_optimizer
 from ddpsim.intervals import union_length
 from ddpsim.results import CollectiveRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.schema import Scenario
 from ddpsim.schemas import resolved_scenario
+from ddpsim.sharded.checkpointing import check_has_blocks, checkpoint_every, recomputed_layers
 from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, measured_price, shard_groups
 from ddpsim.sharded.costs import layer_seconds, sharded_optimizer_s
 from ddpsim.sharded.memory import (
@@ -41,26 +42,75 @@ def precision_of(scenario: Scenario) -> Precision:
     return resolve_precision(parallel.param_dtype, parallel.reduce_dtype, scenario.workload.precision)
 
 
-def strategy_memory(scenario: Scenario, workload: Workload) -> tuple[dict[str, dict[str, float]], list[ShardUnit]]:
-    """Every strategy's memory per GPU for this scenario, and the units it assumed."""
+def strategy_memory(scenario: Scenario, workload: Workload,
+                    checkpoint: int | None = None) -> tuple[dict[str, dict[str, float]], list[ShardUnit]]:
+    """Every strategy's memory per GPU for this scenario (``checkpoint``: every k-th block checkpointed,
+    None: the scenario's own), and the units it assumed."""
     units = shard_units(workload, scenario.parallel.unit)
+    every = checkpoint_every(scenario.workload.activation_checkpointing) if checkpoint is None else checkpoint
+    check_has_blocks(workload, units, every)
     cluster = scenario.cluster
     by_strategy = memory_by_strategy(workload, cluster.world_size, cluster.gpus_per_node, units,
                                      precision_of(scenario), scenario.parallel.shard_group,
-                                     scenario.ddp.gradient_as_bucket_view)
+                                     scenario.ddp.gradient_as_bucket_view, scenario.workload.optimizer, every)
     return by_strategy, units
+
+
+def recomputed_layers_of(scenario: Scenario, workload: Workload) -> frozenset[int]:
+    """The layers whose forward activation checkpointing runs again in backward (none without it)."""
+    every = checkpoint_every(scenario.workload.activation_checkpointing)
+    if not every:
+        return frozenset()
+    units = shard_units(workload, scenario.parallel.unit)
+    check_has_blocks(workload, units, every)
+    return recomputed_layers(units, every)
 
 
 def memory_check(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[dict[str, float], dict[str, float],
                                                                                 str | None, list[str]]:
-    """(this strategy's memory by part, every strategy's total, the cheapest that fits, warnings)."""
+    """(this strategy's memory by part, every strategy's total, the cheapest that fits, warnings). Where no
+    strategy fits without activation checkpointing, the warning says whether full checkpointing would fit."""
     by_strategy, _units = strategy_memory(scenario, workload)
     strategy = scenario.parallel.strategy
     memory = by_strategy[strategy]
-    warnings = [] if memory["total"] <= gpu.memory_bytes else [fit_text(strategy, by_strategy, gpu.name,
-                                                                         gpu.memory_bytes)]
+    warnings: list[str] = []
+    if memory["total"] > gpu.memory_bytes:
+        text = fit_text(strategy, by_strategy, gpu.name, gpu.memory_bytes)
+        if recommend_strategy(by_strategy, gpu.memory_bytes) is None \
+                and checkpoint_every(scenario.workload.activation_checkpointing) != 1 and _has_blocks(workload, scenario):
+            checkpointed, _ = strategy_memory(scenario, workload, checkpoint=1)
+            best = recommend_strategy(checkpointed, gpu.memory_bytes)
+            text += ("; with full activation checkpointing " + (
+                f"{best} fits at {checkpointed[best]['total'] / 2**30:.1f} GiB (--set parallel.strategy={best} "
+                "--set workload.activation_checkpointing=full)" if best else
+                f"still none fits (the least {min(c['total'] for c in checkpointed.values()) / 2**30:.1f} GiB)"))
+        warnings.append(text)
     return (memory, {s: m["total"] for s, m in by_strategy.items()},
             recommend_strategy(by_strategy, gpu.memory_bytes), warnings)
+
+
+def _has_blocks(workload: Workload, scenario: Scenario) -> bool:
+    return any(not u.is_root for u in shard_units(workload, scenario.parallel.unit))
+
+
+def memory_source(scenario: Scenario, workload: Workload) -> str:
+    """Where the memory figure's parts come from, for the report's from: rows: the activations (never a
+    silent 0), the optimizer's states, activation checkpointing, the step's peak."""
+    optimizer = resolve_optimizer(workload, scenario.workload.optimizer)
+    said = "" if scenario.workload.optimizer == "auto" else " (workload.optimizer)"
+    parts = [f"optimizer {optimizer}{said}: {STATE_BYTES_PER_PARAM[optimizer]} bytes of state per parameter"]
+    if workload.peak_memory is not None:
+        parts.append(f"the step's peak by part from {workload.peak_memory.source}")
+    if workload.activation_source:
+        parts.append(f"activations {workload.activation_bytes / 2**30:.2f} GiB from {workload.activation_source}")
+    else:
+        parts.append("activations NOT KNOWN, counted as 0: the workload has no measured or estimated figure "
+                     "(measure it with ddpsim measure, which records them, or use torch:module:factory)")
+    every = checkpoint_every(scenario.workload.activation_checkpointing)
+    if every:
+        parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {every}th block'}: "
+                     "each keeps its input, one block's activations live again in backward")
+    return "; ".join(parts)
 
 
 def zero1_optimizer_s(scenario: Scenario, workload: Workload, gpu: GPUSpec, compute: StepCompute,

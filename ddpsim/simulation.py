@@ -35,7 +35,13 @@ from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
 from ddpsim.scenario.provenance import compute_source
 from ddpsim.scenario.schema import ClusterSpec, Scenario
 from ddpsim.schemas import resolved_scenario
-from ddpsim.sharded_simulation import memory_check, simulate_sharded, zero1_optimizer_s
+from ddpsim.sharded_simulation import (
+    memory_check,
+    memory_source,
+    recomputed_layers_of,
+    simulate_sharded,
+    zero1_optimizer_s,
+)
 from ddpsim.topology import Topology, build_topology
 from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
@@ -110,12 +116,15 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
         kinds = list(dict.fromkeys(get_gpu(name) for name in _gpu_names(scenario.cluster)))
         gpu = kinds[0]  # rank 0's
-        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
+        recompute = recomputed_layers_of(scenario, workload)
+        optimizer = scenario.workload.optimizer
+        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency, optimizer, recompute=recompute)
         if len(kinds) > 1 and workload.measured is not None:
             raise ScenarioError(f"has {len(kinds)} GPU kinds but the workload's compute is a profile measured on one; "
                                 "use a zoo or torch model, whose compute is estimated per kind",
                                 field="cluster.node_groups")
-        other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency))
+        other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency, optimizer,
+                                                recompute=recompute))
                             for kind in kinds[1:])
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         nvls = nvls_of(scenario.cluster)
@@ -139,7 +148,7 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
     measured_how = workload.measured.how if workload.measured is not None else ""
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
                                          measured_how),
-               **calibrated.sources}
+               **calibrated.sources, "memory": memory_source(scenario, workload)}
     if nvls is not None and scenario.cluster.world_size > 1:
         # on by default as NCCL has it, which a planner of a cluster that turns it off must see
         sources["nvls"] = (f"NVLink SHARP weighed by auto (cluster.intra_node.nvls {scenario.cluster.intra_node.nvls}: "

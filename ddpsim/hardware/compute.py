@@ -12,22 +12,29 @@ from dataclasses import dataclass
 
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec
+from ddpsim.scenario.schema import OPTIMIZERS
 from ddpsim.workload.model import Workload
 from ddpsim.workload.zoo import LANGUAGE_MODELS
 
-OPTIMIZERS = ("auto", "sgd", "sgd-fused", "adam", "adamw", "adam-fused", "adamw-fused", "none")
+# Other spellings a user may write: the fused kernels with a hyphen, and torch's class names.
+OPTIMIZER_ALIASES = {"sgd-fused": "sgd_momentum_fused", "adam-fused": "adam_fused", "adamw-fused": "adamw_fused",
+                     "sgd-momentum": "sgd_momentum", "momentum": "sgd_momentum"}
 
 # fp32 passes over the parameters per step. PyTorch's default on CUDA is the foreach implementation,
 # one pass per operand of each _foreach_ op:
+#   SGD (momentum 0, torch's default): p.add_(g) (3) = 3, and no state.
 #   SGD momentum: buf.mul_ (2) + buf.add_(g) (3) + p.add_(buf) (3) = 8.
 #   AdamW: p.mul_(1-lr*wd) (2), m.lerp_(g) (3), v.mul_ (2), v.addcmul_(g,g) (3), sqrt(v) (2), div_ (2),
 #   add_(eps) (2), p.addcdiv_(m, denom) (4) = 20; Adam skips the decay pass.
 # The fused kernels touch each operand once: SGD reads p, g, m and writes p, m (5); Adam reads
 # p, g, m, v and writes p, m, v (7).
-_PASSES = {"sgd": 8, "sgd-fused": 5, "adam": 18, "adamw": 20, "adam-fused": 7, "adamw-fused": 7, "none": 0}
-_FOREACH_OPS = {"sgd": 3, "sgd-fused": 1, "adam": 8, "adamw": 9, "adam-fused": 1, "adamw-fused": 1, "none": 0}
-_STATE_BYTES_PER_PARAM = {"sgd": 4, "sgd-fused": 4, "adam": 8, "adamw": 8, "adam-fused": 8,
-                          "adamw-fused": 8, "none": 0}
+_PASSES = {"sgd": 3, "sgd_momentum": 8, "sgd_momentum_fused": 5, "adam": 18, "adamw": 20, "adam_fused": 7,
+           "adamw_fused": 7, "none": 0}
+_FOREACH_OPS = {"sgd": 1, "sgd_momentum": 3, "sgd_momentum_fused": 1, "adam": 8, "adamw": 9, "adam_fused": 1,
+                "adamw_fused": 1, "none": 0}
+# fp32 state per parameter: SGD's momentum buffer, Adam's two moments (its step counters are scalars)
+STATE_BYTES_PER_PARAM = {"sgd": 0, "sgd_momentum": 4, "sgd_momentum_fused": 4, "adam": 8, "adamw": 8,
+                         "adam_fused": 8, "adamw_fused": 8, "none": 0}
 # multi_tensor_apply launches a kernel per 320 blocks of 65,536 elements or per ~48 tensors.
 _MTA_ELEMS_PER_LAUNCH = 320 * 65536
 _MTA_TENSORS_PER_LAUNCH = 48
@@ -61,12 +68,22 @@ class StepCompute:
 
 
 def resolve_optimizer(workload: Workload, optimizer: str = "auto") -> str:
-    """"auto": AdamW for language models (zoo LMs, or any workload with a sequence length),
-    SGD with momentum otherwise, as the validation harness trains them."""
-    name = optimizer.strip().lower()
+    """"auto": the optimizer the workload was measured or estimated with where it says, else AdamW for
+    language models (zoo LMs, or any workload with a sequence length) and SGD with momentum otherwise, as
+    the validation harness trains them."""
+    name = canonical_optimizer(optimizer)
     if name == "auto":
-        return "adamw" if workload.name in LANGUAGE_MODELS or workload.seq_len is not None else "sgd"
-    if name not in _PASSES:
+        if workload.optimizer:
+            return canonical_optimizer(workload.optimizer)
+        return "adamw" if workload.name in LANGUAGE_MODELS or workload.seq_len is not None else "sgd_momentum"
+    return name
+
+
+def canonical_optimizer(optimizer: str) -> str:
+    """The name of ``OPTIMIZERS`` that ``optimizer`` spells (an alias or torch's class name, any case)."""
+    name = optimizer.strip().lower()
+    name = OPTIMIZER_ALIASES.get(name, name)
+    if name not in _PASSES and name != "auto":
         raise ScenarioError(f"unknown optimizer {optimizer!r}; expected one of {', '.join(OPTIMIZERS)}",
                             field="workload.optimizer")
     return name
@@ -135,15 +152,33 @@ def _measured_segments(workload: Workload) -> tuple[tuple[float, tuple[int, ...]
 
 
 def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = None,
-                 optimizer: str = "auto", cudnn_tf32: bool = True) -> StepCompute:
+                 optimizer: str = "auto", cudnn_tf32: bool = True,
+                 recompute: frozenset[int] = frozenset()) -> StepCompute:
     """Forward, backward segments and optimizer time of ``workload`` on ``gpu``.
 
     ``efficiency`` overrides the catalog's fraction of peak FLOP/s (unused for measured profiles);
-    ``cudnn_tf32`` mirrors ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: True).
+    ``cudnn_tf32`` mirrors ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: True). ``recompute``:
+    layers (indices into ``workload.layers``) whose forward runs again just before their backward
+    (activation checkpointing). ``optimizer`` prices the step where it is estimated; a profile's
+    measured optimizer time holds for the optimizer it ran, scaled by the estimates' ratio otherwise.
     """
     if workload.measured is not None:
         m = workload.measured
-        return StepCompute(m.forward_s, _measured_segments(workload), m.optimizer_s)
+        measured_segments = _measured_segments(workload)
+        if recompute:
+            # the measured forward spread over the layers by their estimates; the recomputed share is added to
+            # backward, each segment stretched alike (the profile does not time the layers one by one)
+            share = _forward_share(workload, gpu, efficiency, cudnn_tf32, recompute)
+            stretch = 1.0 + m.forward_s * share / m.backward_s if m.backward_s > 0 else 1.0
+            measured_segments = tuple((duration * stretch, ready) for duration, ready in measured_segments)
+        opt = m.optimizer_s
+        measured_with = resolve_optimizer(workload)
+        wanted = resolve_optimizer(workload, optimizer)
+        if wanted != measured_with:
+            before = optimizer_s(workload, gpu, measured_with)
+            opt = m.optimizer_s * optimizer_s(workload, gpu, wanted) / before if before > 0 else \
+                optimizer_s(workload, gpu, wanted)
+        return StepCompute(m.forward_s, measured_segments, opt)
     order = workload.execution_order
     if sorted(order) != list(range(len(workload.layers))):
         raise ValueError(f"workload {workload.name!r}: forward_order is not a permutation of its layers")
@@ -165,6 +200,9 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
         layer = workload.layers[li]
         cost = roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
                           workload.precision, efficiency, layer.kind, cudnn_tf32)
+        if li in recompute:
+            cost += roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
+                               workload.precision, efficiency, layer.kind, cudnn_tf32)
         pending += cost
         elapsed += cost
         for i in range(first_param[li], first_param[li] + len(layer.params)):
@@ -184,6 +222,15 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
         recorded = _recorded_segments(workload.grad_ready_order, workload.unused_params, layer_done, elapsed)
         return StepCompute(forward, recorded, opt, unused=workload.unused_params)
     return StepCompute(forward, tuple(segments), opt)
+
+
+def _forward_share(workload: Workload, gpu: GPUSpec, efficiency: float | None, cudnn_tf32: bool,
+                   layers: frozenset[int]) -> float:
+    """The estimated forward time of ``layers`` as a fraction of the whole forward's estimate."""
+    times = [roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu, workload.precision,
+                        efficiency, layer.kind, cudnn_tf32) for layer in workload.layers]
+    total = sum(times)
+    return sum(times[i] for i in layers) / total if total > 0 else 0.0
 
 
 def _recorded_segments(order: tuple[int, ...], unused: tuple[int, ...], layer_done: list[float],
@@ -208,29 +255,46 @@ def _recorded_segments(order: tuple[int, ...], unused: tuple[int, ...], layer_do
     return tuple(segments)
 
 
-def memory_per_gpu(workload: Workload, optimizer: str = "auto",
-                   gradient_as_bucket_view: bool = False) -> dict[str, float]:
-    """Bytes per GPU at the peak of a DDP step.
+def memory_per_gpu(workload: Workload, optimizer: str = "auto", gradient_as_bucket_view: bool = False,
+                   activation_bytes: float | None = None) -> dict[str, float]:
+    """Bytes per GPU at the peak of a DDP step, by part, and their ``total``.
 
-    PyTorch AMP keeps fp32 parameters and gradients, so with Adam the model states are
-    4 + 4 + 8 = 16 bytes per parameter: the same 16 bytes/param as the facts file's mixed-precision
-    figure (2 + 2 + 12), split differently. DDP's buckets hold a second copy of every gradient unless
-    ``gradient_as_bucket_view``. Autocast's cache of 16-bit weight copies (2 bytes/param, alive
-    from forward to the end of backward) is counted with the activations.
+    ``activation_bytes`` replaces the workload's activations (activation checkpointing keeps fewer). DDP's
+    buckets hold a second copy of every gradient unless ``gradient_as_bucket_view``, allocated when DDP is
+    built and alive for good. The optimizer's states are ``STATE_BYTES_PER_PARAM`` of the optimizer chosen.
+
+    Where the workload carries a world-size-1 step's peak by part (measured, or PyTorch's MemTracker on
+    fake tensors), the parts are that peak's: the gradients and activations live at that moment and the
+    rest ("other": temporaries, autocast's copies, workspaces), plus the buckets. The peak is the larger of
+    that moment and the end of backward (every gradient, no activation), which checkpointing can make the
+    larger. Otherwise every part counts in full, as all live at the start of backward would: PyTorch AMP
+    keeps fp32 parameters and gradients, so with Adam the model states are 4 + 4 + 8 = 16 bytes per
+    parameter (the facts file's 2 + 2 + 12, split differently), and autocast's cache of 16-bit weight copies
+    (2 bytes per parameter, alive from forward to the end of backward) counts with the activations.
     """
     name = resolve_optimizer(workload, optimizer)
     n = workload.n_params
-    parameters = float(sum(p.bytes for p in workload.params) + workload.buffer_bytes)
     gradients = float(workload.grad_bytes)
-    states = float(_STATE_BYTES_PER_PARAM[name] * n)
+    states = float(STATE_BYTES_PER_PARAM[name] * n)
     buckets = 0.0 if gradient_as_bucket_view else gradients
-    activations = float(workload.activation_bytes) + (2.0 * n if workload.precision != "fp32" else 0.0)
-    memory = {
-        "parameters": parameters,
-        "gradients": gradients,
-        "optimizer_states": states,
-        "ddp_buckets": buckets,
-        "activations": activations,
-    }
+    peak = workload.peak_memory
+    if peak is not None:
+        parts = peak.parts
+        if resolve_optimizer(workload, peak.optimizer or "auto") == name:
+            states = parts["optimizer_states"]
+        activations = parts["activations"] if activation_bytes is None else activation_bytes
+        at_peak = {"parameters": parts["parameters"], "gradients": parts["gradients"], "optimizer_states": states,
+                   "ddp_buckets": buckets, "activations": activations, "other": parts["other"]}
+        end_of_backward = dict(at_peak, gradients=max(gradients, parts["gradients"]), activations=0.0)
+        memory = max(at_peak, end_of_backward, key=lambda m: sum(m.values()))
+    else:
+        activations = float(workload.activation_bytes) if activation_bytes is None else activation_bytes
+        memory = {
+            "parameters": float(sum(p.bytes for p in workload.params) + workload.buffer_bytes),
+            "gradients": gradients,
+            "optimizer_states": states,
+            "ddp_buckets": buckets,
+            "activations": activations + (2.0 * n if workload.precision != "fp32" else 0.0),
+        }
     memory["total"] = sum(memory.values())
     return memory

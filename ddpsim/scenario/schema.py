@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 
 # Each vocabulary is declared once, here (link types in ddpsim/scenario/link_kinds.py).
 PRECISIONS = ("fp32", "bf16-amp", "fp16-amp")
+# sgd is torch.optim.SGD's default (no momentum, no state); `ddpsim measure`'s @optimizer=sgd trains with
+# momentum 0.9, which is sgd_momentum here (a profile names its own)
+OPTIMIZERS = ("auto", "sgd", "sgd_momentum", "adam", "adamw", "sgd_momentum_fused", "adam_fused", "adamw_fused",
+              "none")
 INTER_NODE_TYPES = ("rail-fat-tree", "fat-tree", "ethernet", "none")
 ALGORITHMS = ("auto", "ring", "tree", "hierarchical")
 PROTOCOLS = ("auto", "simple", "ll", "ll128")
@@ -72,6 +76,15 @@ class WorkloadSpec:
                           choices=PRECISIONS)
     seq_len: int | None = spec("seq_len", "int", "tokens per sample for language models", None,
                                minimum=1, maximum=1_048_576, default_text="the model's")
+    optimizer: str = spec(
+        "optimizer", "choice", "the optimizer trained with: its states' bytes per parameter (sgd 0, sgd_momentum 4, "
+        "adam/adamw 8) and its step's time where estimated; auto = a profile's own, else adamw for language "
+        "models and sgd_momentum otherwise. ddpsim measure's @optimizer=sgd is sgd_momentum (momentum 0.9)",
+        "auto", choices=OPTIMIZERS)
+    activation_checkpointing: str = spec(
+        "activation_checkpointing", "text", "none, full (every block recomputes its forward in backward, keeping "
+        "only its input) or every_K (every K-th block, torchtitan's selective layer AC); blocks are "
+        "parallel.unit's modules", "none")
     compute_efficiency: float | None = spec(
         "compute_efficiency", "number", "fraction of the GPU's peak FLOP/s reached", None, above=0.0,
         maximum=1.0, high_rule="is a fraction of peak and must be at most 1", default_text="the GPU catalog's")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.compute import memory_per_gpu
+from ddpsim.sharded.checkpointing import checkpointed_activation_bytes
 from ddpsim.sharded.units import ShardUnit
 from ddpsim.workload.model import Workload
 
@@ -66,9 +67,12 @@ def shard_degree(strategy: str, shard_group: str, world_size: int, gpus_per_node
 
 
 def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list[ShardUnit],
-                   precision: Precision, gradient_as_bucket_view: bool = False) -> dict[str, float]:
-    """Bytes per GPU by part, and their ``total``, for one strategy (see the module's text)."""
-    replicated = memory_per_gpu(workload, gradient_as_bucket_view=gradient_as_bucket_view)
+                   precision: Precision, gradient_as_bucket_view: bool = False, optimizer: str = "auto",
+                   checkpoint_every: int = 0) -> dict[str, float]:
+    """Bytes per GPU by part, and their ``total``, for one strategy (see the module's text).
+    ``checkpoint_every``: activation checkpointing of every k-th block (0: none; sharded.checkpointing)."""
+    activations = (checkpointed_activation_bytes(workload, units, checkpoint_every) if checkpoint_every else None)
+    replicated = memory_per_gpu(workload, optimizer, gradient_as_bucket_view, activations)
     if strategy == "ddp":
         return replicated
     n = max(1, n_shards)
@@ -93,25 +97,40 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
         unsharded_params = float((root + sum(blocks)) * precision.param_bytes)
     reduce_copy = precision.reduce_bytes if precision.reduce_dtype != precision.param_dtype else 0
     unsharded_grads = float(root * precision.param_bytes + largest_block * (precision.param_bytes + reduce_copy))
-    autocast_copies = 2.0 * n_params if precision.param_dtype == "fp32" and workload.precision != "fp32" else 0.0
-    memory = {
-        "parameters": param_storage / n + workload.buffer_bytes,
-        "gradients": float(workload.grad_bytes) / n,
-        "optimizer_states": replicated["optimizer_states"] / n,
-        "unsharded_params": unsharded_params,
-        "unsharded_grads": unsharded_grads,
-        "activations": float(workload.activation_bytes) + autocast_copies,
-    }
+    amp = workload.precision != "fp32"
+    autocast_copies = 2.0 * n_params if precision.param_dtype == "fp32" and amp else 0.0
+    peak = workload.peak_memory
+    if peak is not None:
+        # the world-size-1 step's parts, sharded; its "other" held autocast's 16-bit weight copies, which
+        # FSDP2's all-gathered param_dtype parameters replace when that is 16-bit
+        memory = {
+            "parameters": replicated["parameters"] / n,
+            "gradients": replicated["gradients"] / n,
+            "optimizer_states": replicated["optimizer_states"] / n,
+            "unsharded_params": unsharded_params,
+            "unsharded_grads": unsharded_grads,
+            "activations": replicated["activations"],
+            "other": max(replicated["other"] - (2.0 * n_params if amp and not autocast_copies else 0.0), 0.0),
+        }
+    else:
+        memory = {
+            "parameters": param_storage / n + workload.buffer_bytes,
+            "gradients": float(workload.grad_bytes) / n,
+            "optimizer_states": replicated["optimizer_states"] / n,
+            "unsharded_params": unsharded_params,
+            "unsharded_grads": unsharded_grads,
+            "activations": replicated["activations"] - (2.0 * n_params if amp else 0.0) + autocast_copies,
+        }
     memory["total"] = sum(memory.values())
     return memory
 
 
 def memory_by_strategy(workload: Workload, world_size: int, gpus_per_node: int, units: list[ShardUnit],
-                       precision: Precision, shard_group: str = "world",
-                       gradient_as_bucket_view: bool = False) -> dict[str, dict[str, float]]:
+                       precision: Precision, shard_group: str = "world", gradient_as_bucket_view: bool = False,
+                       optimizer: str = "auto", checkpoint_every: int = 0) -> dict[str, dict[str, float]]:
     """``sharded_memory`` of every strategy, in STRATEGY_ORDER (world size 1 shards nothing)."""
     return {s: sharded_memory(workload, s, shard_degree(s, shard_group, world_size, gpus_per_node), units, precision,
-                              gradient_as_bucket_view)
+                              gradient_as_bucket_view, optimizer, checkpoint_every)
             for s in STRATEGY_ORDER}
 
 

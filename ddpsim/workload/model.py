@@ -65,6 +65,20 @@ class MeasuredTimes:
 
 
 @dataclass(frozen=True)
+class PeakMemory:
+    """One world-size-1 training step's peak (no DDP, no sharding), by part, measured on a GPU or estimated by
+    PyTorch's MemTracker on fake tensors. ``parts`` add up to ``peak_bytes``: "parameters" (and buffers),
+    "gradients" (live at the peak), "optimizer_states", "activations" (live at the peak) and "other"
+    (temporaries, autocast copies, workspaces: the rest)."""
+
+    peak_bytes: float
+    parts: dict[str, float]
+    optimizer: str  # the optimizer the step ran, in workload.optimizer's names
+    source: str  # where the figure came from, for the report's from: row
+    reserved_bytes: float | None = None  # the caching allocator's reserve at the peak (measured only)
+
+
+@dataclass(frozen=True)
 class Workload:
     """A model plus the per-GPU batch it runs on."""
 
@@ -74,6 +88,14 @@ class Workload:
     precision: str = "fp32"
     seq_len: int | None = None
     activation_bytes: float = 0.0
+    # Where ``activation_bytes`` came from ("" with 0 bytes: nobody measured or estimated it, and the memory
+    # report says so), and what autograd keeps per module (module name -> bytes; empty: not known).
+    activation_source: str = ""
+    activation_bytes_by_layer: dict[str, float] = field(default_factory=dict)
+    # the step's peak at world size 1 by part, where a measurement or PyTorch's MemTracker gave it
+    peak_memory: PeakMemory | None = None
+    # the optimizer the workload was measured or estimated with ("" = not known)
+    optimizer: str = ""
     buffer_bytes: int = 0
     measured: MeasuredTimes | None = None
     notes: tuple[str, ...] = field(default_factory=tuple)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import median
 from typing import Any
 
@@ -17,6 +17,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.jsonfile import read_json_object
 from ddpsim.spread import sigma_from_p10_p90
 from ddpsim.workload.model import DTYPE_BYTES, Layer, MeasuredTimes, ParamTensor, Workload
+from ddpsim.workload.profile_memory import optimizer_name, read_memory
 
 SCHEMA = "ddpsim.profile/1"
 PRECISIONS = ("fp32", "bf16-amp", "fp16-amp")
@@ -245,7 +246,10 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
     world1 = _ddp_world1(root, forward_s + backward_s + optimizer_s)
     step_jitter_cv = _step_jitter_cv(root)
     backward_accumulate_s = root.seconds("backward_accumulate_s", optional=True)
-    return Workload(
+    memory = read_memory(root, lambda block, prefix: _Fields(path, block, prefix))
+    optimizer = memory.optimizer if memory else optimizer_name(root.get("optimizer", (str,), "the optimizer's name",
+                                                                        optional=True))
+    workload = Workload(
         name=model,
         layers=tuple(layers),
         batch_size=batch_size,
@@ -262,4 +266,10 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
         output_bytes=output_bytes,
+        optimizer=optimizer,
     )
+    if memory is None:
+        return workload
+    return replace(workload, peak_memory=memory.peak, activation_bytes=memory.activation_bytes,
+                   activation_bytes_by_layer=memory.activation_bytes_by_layer,
+                   activation_source=memory.activation_source)

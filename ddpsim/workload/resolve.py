@@ -49,11 +49,19 @@ def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
             sys.path.insert(0, folder)
         try:
             return import_torch_model(model[len(TORCH_PREFIX):].strip(), spec.batch_size, spec.precision,
-                                      spec.seq_len)
+                                      spec.seq_len, _optimizer_of(spec))
         finally:
             if added:
                 sys.path.remove(folder)
     return zoo_workload(model, spec.batch_size, spec.precision, spec.seq_len)
+
+
+def _optimizer_of(spec: WorkloadSpec) -> str:
+    """The optimizer a torch: model's step is estimated with: the scenario's, auto as hardware.compute reads
+    it (AdamW for a sequence model, SGD with momentum otherwise)."""
+    if spec.optimizer != "auto":
+        return spec.optimizer
+    return "adamw" if spec.seq_len is not None else "sgd_momentum"
 
 
 def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
@@ -81,5 +89,7 @@ def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
     # A profile has no activation estimate; a zoo model of the same name provides one (memory report).
     if workload.name in ZOO_NAMES and workload.activation_bytes == 0.0:
         zoo = zoo_workload(workload.name, workload.batch_size, workload.precision, workload.seq_len)
-        workload = replace(workload, activation_bytes=zoo.activation_bytes)
+        workload = replace(workload, activation_bytes=zoo.activation_bytes,
+                           activation_bytes_by_layer=zoo.activation_bytes_by_layer,
+                           activation_source=f"the zoo's count for {workload.name} (the {what} has no memory record)")
     return workload

@@ -415,7 +415,8 @@ def _check_precision(precision: str) -> None:
                             field="workload.precision")
 
 
-def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None) -> Workload:
+def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None,
+                       optimizer: str = "") -> Workload:
     """Build ``package.module:factory()`` on the meta device and describe it as DDP would see it.
 
     Inputs: the module's (or the factory's Python module's) ``example_input(batch_size, seq_len)``,
@@ -424,7 +425,10 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     parameters or their own work (FLOPs or kernels outside their children), in registration order;
     ``forward_order`` records the order their forward first ran, ``grad_ready_order`` the order
     autograd accumulated each parameter's gradient in (DDP's bucket rebuild order); parameters
-    missing from it get no gradient.
+    missing from it get no gradient. A factory may instead return ``(model, make_batch[, loss_fn])``, as
+    ``ddpsim measure --model`` takes it: the input is then ``make_batch(batch_size, device, seed)``'s
+    (its ``x`` for a batch ``(x, y)``). ``optimizer`` (a name of ``workload.optimizer``; "" = none known)
+    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory.
     """
     torch = _require_torch()
     _check_precision(precision)
@@ -432,6 +436,9 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     try:
         with torch.device("meta"):
             model = factory()
+            batch_of = None
+            if isinstance(model, tuple | list) and len(model) in (2, 3) and isinstance(model[0], torch.nn.Module):
+                model, batch_of = model[0], model[1]
     except Exception as err:
         hint = ("; name a Hugging Face model by its config or class instead: hf:GPT2Config, hf:GPT2LMHeadModel"
                 if spec.startswith("transformers") else "")
@@ -439,7 +446,11 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
                             field=FIELD) from None
     if not isinstance(model, torch.nn.Module):
         raise ScenarioError(f"{spec}() returned {type(model).__name__}, expected a torch.nn.Module", field=FIELD)
-    inputs, source = _example_input(torch, model, py_module, batch_size, seq_len)
+    inputs: tuple[tuple[Any, ...], dict[str, Any]] | None
+    if batch_of is not None:
+        inputs, source = _batch_input(torch, batch_of, batch_size, spec)
+    else:
+        inputs, source = _example_input(torch, model, py_module, batch_size, seq_len)
     hint = f"give the module or {spec.partition(':')[0]} an example_input(batch_size, seq_len) function"
     lazy = [name or type(model).__name__ for name, module in model.named_modules() if _is_lazy(torch, module)]
     if inputs is None:
@@ -448,8 +459,55 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     if lazy:
         _materialise_lazy(torch, model, inputs, spec, hint)
     guessed = source.startswith("a guessed")
-    return _describe(torch, model, inputs, spec, f"torch:{spec}", batch_size, precision, seq_len,
-                     source, hint if guessed else "")
+    workload = _describe(torch, model, inputs, spec, f"torch:{spec}", batch_size, precision, seq_len,
+                         source, hint if guessed else "")
+    if not optimizer:
+        return workload
+    from ddpsim.workload.torch_memory import with_step_memory
+
+    return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer)
+
+
+def _batch_input(torch: Any, make_batch: Any, batch_size: int,
+                 spec: str) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], str]:
+    """The model's input from a factory's ``make_batch`` on the meta device, read as ``ddpsim measure``'s
+    default loss reads a batch: ``(x, y)`` -> ``model(x)``, a dict -> keywords, else the batch itself."""
+    try:
+        with torch.device("meta"):
+            batch = make_batch(batch_size, torch.device("meta"), 0)
+    except Exception as err:
+        raise ScenarioError(f"{spec}: make_batch({batch_size}, 'meta', 0) failed: {type(err).__name__}: "
+                            f"{_first_line(err)}", field=FIELD) from None
+    source = f"the batch make_batch({batch_size}, ...) returned"
+    if isinstance(batch, dict):
+        return ((), batch), source
+    if isinstance(batch, tuple | list) and len(batch) == 2:
+        return ((batch[0],), {}), source
+    return ((batch,), {}), source
+
+
+def _fake_step(torch: Any, factory: Any, py_module: Any, batch_size: int,
+               seq_len: int | None) -> Callable[[], tuple[Any, Callable[[Any], Any]]]:
+    """What torch_memory runs under FakeTensorMode: the factory's model and its step's loss (the factory's
+    loss_fn or ``ddpsim measure``'s default; for a bare module, the mean square of its outputs)."""
+    from ddpsim.workload.torch_memory import _outputs_loss, default_loss
+
+    def build() -> tuple[Any, Callable[[Any], Any]]:
+        made = factory()
+        if isinstance(made, tuple | list):
+            model, make_batch = made[0], made[1]
+            loss_fn = made[2] if len(made) > 2 else None
+            batch = make_batch(batch_size, torch.device("cpu"), 0)
+            return model, (lambda m: loss_fn(m, batch)) if loss_fn is not None else \
+                (lambda m: default_loss(torch, m, batch))
+        provider = getattr(made, "example_input", None) or getattr(py_module, "example_input", None)
+        value = provider(batch_size, seq_len) if provider is not None else _guess_inputs(torch, made, batch_size,
+                                                                                          seq_len)
+        args, kwargs = ((), value) if isinstance(value, dict) else (
+            (tuple(value), {}) if isinstance(value, tuple | list) else ((value,), {}))
+        return made, lambda m: _outputs_loss(torch, m(*args, **kwargs))
+
+    return build
 
 
 def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str) -> Workload:

@@ -486,6 +486,10 @@ def read_trace(path: str, cpu_times: bool = False) -> TraceSummary:
         "batch_size_from": batch_from,
     }
     _remove_profiler_overhead(profile, capture, notes)
+    # the capture's measured memory and optimizer (the record contract), where it wrote them
+    for field_name in ("memory", "optimizer"):
+        if capture and field_name in capture:
+            profile[field_name] = capture[field_name]
     if isinstance(data.get("distributedInfo"), dict):
         profile["distributed"] = data["distributedInfo"]
     nccl_steps = [st for st in steps if st.nccl_kernels]

@@ -50,6 +50,7 @@ class _Builder:
         self.batch = batch_size
         self.layers: list[Layer] = []
         self.activation_bytes = 0.0
+        self.saved_by_layer: dict[str, float] = {}
 
     def add(
         self,
@@ -95,7 +96,9 @@ class _Builder:
                 kind=kind if kind is not None else ("matmul" if flops else ""),
             )
         )
-        self.activation_bytes += (in_elems if saved_elems is None else saved_elems) * self.elt
+        saved = (in_elems if saved_elems is None else saved_elems) * self.elt
+        self.activation_bytes += saved
+        self.saved_by_layer[name] = self.saved_by_layer.get(name, 0.0) + saved
 
     def build(
         self, name: str, precision: str, seq_len: int | None, registration: Sequence[str] | None = None
@@ -122,6 +125,8 @@ class _Builder:
             precision=precision,
             seq_len=seq_len,
             activation_bytes=self.activation_bytes,
+            activation_source="the zoo's count of what autograd saves per layer",
+            activation_bytes_by_layer=dict(self.saved_by_layer),
             forward_order=forward_order,
         )
 

@@ -1,0 +1,181 @@
+"""A training step's peak memory by part, estimated on the CPU with PyTorch's own tracker.
+
+``torch.distributed._tools.mem_tracker.MemTracker`` runs a real training step (forward, loss, backward,
+optimizer step) of the user's model under ``FakeTensorMode``: no weights and no batch are allocated, yet every
+tensor the step creates is seen, and attributed to parameters, buffers, gradients, optimizer states,
+activations (created in forward) and temporaries. Two steps run, so the second starts with the optimizer's
+states as a training loop does; the peak is the larger one's. The optimizer takes ``foreach=True``, the
+implementation PyTorch picks on CUDA (on the CPU it would pick the per-tensor one, whose temporaries differ),
+and autocast runs on the CPU's lower-precision list, which holds the same matrix products as CUDA's.
+
+MemTracker is a private API: it is used only on the torch versions it was tested with here (``TESTED``);
+elsewhere, or where the step fails on fake tensors, the caller keeps its own estimate and says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ddpsim.workload.model import PeakMemory
+
+TESTED = ((2, 5), (2, 13))  # torch major.minor, inclusive: MemTracker's API as read here
+SOURCE = "PyTorch's MemTracker (a real training step on fake tensors, CPU)"
+
+
+@dataclass(frozen=True)
+class StepMemory:
+    """The estimate: the peak by part, what forward keeps for backward, and per block module."""
+
+    peak: PeakMemory
+    activation_bytes: float
+    activation_bytes_by_layer: dict[str, float]
+
+
+class MemoryEstimateError(Exception):
+    """The tracker could not run (torch version, or the step failed on fake tensors): the reason, one line."""
+
+
+def torch_version_ok(torch: Any) -> tuple[bool, str]:
+    """(whether MemTracker is used on this torch, the version read)."""
+    version = str(torch.__version__).split("+")[0]
+    try:
+        major_minor = tuple(int(x) for x in version.split(".")[:2])
+    except ValueError:
+        return False, version
+    return TESTED[0] <= major_minor <= TESTED[1], version
+
+
+def make_optimizer(torch: Any, params: Any, optimizer: str) -> Any:
+    """The torch optimizer a name of ``workload.optimizer`` stands for (None for "none")."""
+    if optimizer == "none":
+        return None
+    fused = optimizer.endswith("_fused")
+    kind = optimizer.removesuffix("_fused")
+    impl = {"fused": True} if fused else {"foreach": True}
+    if kind == "sgd":
+        return torch.optim.SGD(params, lr=0.01, **impl)
+    if kind == "sgd_momentum":
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9, **impl)
+    if kind == "adam":
+        return torch.optim.Adam(params, lr=1e-4, **impl)
+    if kind == "adamw":
+        return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01, **impl)
+    raise ValueError(f"unknown optimizer {optimizer!r}")
+
+
+def default_loss(torch: Any, model: Any, batch: Any) -> Any:
+    """``ddpsim measure``'s default loss for a user's model: cross-entropy of ``model(x)`` against an integer
+    ``y`` (MSE against a float one) for a batch ``(x, y)``; else the mean square of the output."""
+    functional = torch.nn.functional
+    if isinstance(batch, tuple | list) and len(batch) == 2:
+        x, y = batch
+        out = model(x)
+        if not torch.is_floating_point(y):
+            return functional.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
+        return functional.mse_loss(out.float(), y.float())
+    out = model(**batch) if isinstance(batch, dict) else model(batch)
+    return _outputs_loss(torch, out)
+
+
+def _outputs_loss(torch: Any, out: Any) -> Any:
+    if isinstance(out, torch.Tensor):
+        return out.float().pow(2).mean()
+    values = out.values() if isinstance(out, dict) else out
+    if hasattr(out, "to_tuple"):
+        values = out.to_tuple()
+    tensors = [v for v in values if isinstance(v, torch.Tensor) and v.is_floating_point()]
+    return sum(t.float().pow(2).mean() for t in tensors)
+
+
+def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]], precision: str, optimizer: str,
+                blocks: list[str]) -> StepMemory:
+    """The estimate for a model ``build()`` returns with a function giving the step's loss (called with the
+    model, under autocast where ``precision`` asks); ``blocks`` are module names whose forward's kept
+    activations are reported one by one. Raises MemoryEstimateError with the reason."""
+    ok, version = torch_version_ok(torch)
+    if not ok:
+        raise MemoryEstimateError(f"torch {version}: MemTracker is private and tested here with torch "
+                                  f"{TESTED[0][0]}.{TESTED[0][1]} to {TESTED[1][0]}.{TESTED[1][1]} only")
+    try:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.distributed._tools.mem_tracker import MemTracker, _ModState
+    except Exception as err:  # a private API that moved
+        raise MemoryEstimateError(f"MemTracker not importable: {type(err).__name__}: {err}") from None
+    amp = precision != "fp32"
+    dtype = torch.float16 if precision == "fp16-amp" else torch.bfloat16
+    try:
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            model, loss_of = build()
+            model.train()
+            opt = make_optimizer(torch, [p for p in model.parameters() if p.requires_grad], optimizer)
+            tracker = MemTracker()
+            tracker.track_external(model, *([opt] if opt is not None else []))
+            with tracker:
+                for step in range(2):
+                    if amp:
+                        with torch.autocast("cpu", dtype):
+                            loss = loss_of(model)
+                    else:
+                        loss = loss_of(model)
+                    loss.backward()
+                    if opt is not None:
+                        opt.step()
+                        opt.zero_grad(set_to_none=True)
+                    else:
+                        model.zero_grad(set_to_none=True)
+                    if step == 0:
+                        tracker.reset_mod_stats()  # module figures of the second step: states in place
+            peak_by_type = next(iter(tracker.get_tracker_snapshot("peak").values()))
+            kept = _forward_kept(tracker, model, _ModState)
+            by_block = {}
+            for name in blocks:
+                module = model.get_submodule(name)
+                if module in tracker.memory_tracking:
+                    by_block[name] = _forward_kept(tracker, module, _ModState)
+    except MemoryEstimateError:
+        raise
+    except Exception as err:  # the user's step on fake tensors: any failure means "no estimate", with why
+        text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        raise MemoryEstimateError(f"the step failed under FakeTensorMode: {type(err).__name__}: {text}") from None
+    by = {str(getattr(k, "value", k)): float(v) for k, v in peak_by_type.items()}
+    parts = {"parameters": by.get("Parameter", 0.0) + by.get("Buffer", 0.0), "gradients": by.get("Gradient", 0.0),
+             "optimizer_states": by.get("Optstate", 0.0), "activations": by.get("Activation", 0.0),
+             "other": by.get("Temp", 0.0) + by.get("Other", 0.0)}
+    peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE)
+    return StepMemory(peak, kept, by_block)
+
+
+def _forward_kept(tracker: Any, module: Any, states: Any) -> float:
+    """Activation bytes a module's forward left alive (post-forward less pre-forward, second step)."""
+    snaps = tracker.memory_tracking[module].snapshots
+    pre, post = snaps.get(states.PRE_FW), snaps.get(states.POST_FW)
+    if not pre or not post:
+        return 0.0
+
+    def act(snapshot: dict[Any, dict[Any, int]]) -> float:
+        by_type = next(iter(snapshot.values()))
+        return float(sum(v for k, v in by_type.items() if str(getattr(k, "value", k)) == "Activation"))
+
+    return max(act(post[-1]) - act(pre[-1]), 0.0)
+
+
+def with_step_memory(torch: Any, workload: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]],
+                     optimizer: str) -> Any:
+    """``workload`` with MemTracker's estimate (peak by part, activations, per block), or, where the tracker
+    cannot run, the workload as it was with a note saying why its activations are the importer's rough guess."""
+    from dataclasses import replace
+
+    from ddpsim.sharded.units import ROOT, shard_units
+
+    blocks = [u.name for u in shard_units(workload) if u.name != ROOT]
+    try:
+        estimate = step_memory(torch, build, workload.precision, optimizer, blocks)
+    except MemoryEstimateError as err:
+        return replace(workload, optimizer=optimizer, activation_source=(
+            f"the torch importer's rough estimate (a third of each layer's forward traffic): {SOURCE} did not "
+            f"run ({err})"))
+    return replace(workload, optimizer=optimizer, peak_memory=estimate.peak,
+                   activation_bytes=estimate.activation_bytes, activation_source=SOURCE,
+                   activation_bytes_by_layer=estimate.activation_bytes_by_layer)
