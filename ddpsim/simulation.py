@@ -26,8 +26,10 @@ from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
 from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.carry import carry_profile
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, step_compute
+from ddpsim.hardware.kernel_classes import ClassFit, load_class_fit
 from ddpsim.intervals import union_length
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
@@ -82,12 +84,15 @@ def prepare(scenario: Scenario) -> Prepared:
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
         kinds = list(dict.fromkeys(get_gpu(name) for name in scenario.cluster.rank_gpus))
         gpu = kinds[0]  # rank 0's
-        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency)
+        # a profile of another GPU kind is carried per kind of kernel, and its row says so
+        workload, carried = carry_profile(workload, gpu)
+        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency, fit=_class_fit(scenario))
         if len(kinds) > 1 and workload.measured is not None:
             raise ScenarioError(f"has {len(kinds)} GPU kinds but the workload's compute is a profile measured on one; "
                                 "use a zoo or torch model, whose compute is estimated per kind",
                                 field="cluster.node_groups")
-        other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency))
+        other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency,
+                                                fit=_class_fit(scenario)))
                             for kind in kinds[1:])
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         topology = build_topology(scenario.cluster)
@@ -101,9 +106,12 @@ def prepare(scenario: Scenario) -> Prepared:
     collectives = CollectiveModel(topology, protocol_table, nvls=nvls)
     measured_in = workload.measured.source if workload.measured is not None else None
     measured_how = workload.measured.how if workload.measured is not None else ""
+    fit = _class_fit(scenario)
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
-                                         measured_how),
+                                         measured_how, fit.describe() if fit is not None else ""),
                **calibrated.sources}
+    if carried is not None:
+        sources["compute"] = carried
     if nvls is not None and scenario.cluster.world_size > 1:
         # on by default as NCCL has it, which a planner of a cluster that turns it off must see
         sources["nvls"] = (f"NVLink SHARP weighed by auto (cluster.intra_node.nvls {scenario.cluster.intra_node.nvls}: "
@@ -135,6 +143,11 @@ def prepare(scenario: Scenario) -> Prepared:
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
+
+
+def _class_fit(scenario: Scenario) -> ClassFit | None:
+    """The per-kernel-class fit prices an estimated model unless the scenario sets one compute_efficiency."""
+    return None if scenario.workload.compute_efficiency is not None else load_class_fit()
 
 
 def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:

@@ -223,6 +223,7 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         ready_order=tuple(name for _, name in sorted(fired)),
         source=path,
         how=_concurrent_how(root),
+        gpu_device=_gpu_device(root),
     )
     notes = [f"profile:{path}"]
     fingerprint = raw_params and root.data.get("fingerprint")
@@ -255,4 +256,14 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         autograd_nodes=nodes,
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
         output_bytes=output_bytes,
+        model_source=root.get("model_source", (str,), "text", optional=True) or "",
     )
+
+
+def _gpu_device(root: _Fields) -> str:
+    """The GPU the profile was measured on (``fingerprint.gpu_name``), empty where the file has none."""
+    fingerprint = root.get("fingerprint", (dict,), "an object", optional=True) or {}
+    name = fingerprint.get("gpu_name")
+    if name is not None and not isinstance(name, str):
+        raise root.error("fingerprint.gpu_name", f"expected the GPU's name as text, got {json.dumps(name)[:60]}")
+    return name or ""
