@@ -27,8 +27,10 @@ from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
 from ddpsim.ddp.options import OptionCosts, option_costs
 from ddpsim.ddp.step import RankTrace, Rendezvous, StepCosts, accumulation_micro_step, rank_step
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.carry import carry_profile
 from ddpsim.hardware.catalog import GPUSpec, get_gpu
 from ddpsim.hardware.compute import StepCompute, step_compute
+from ddpsim.hardware.kernel_classes import ClassFit, load_class_fit
 from ddpsim.intervals import union_length
 from ddpsim.results import BucketRecord, LinkRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
@@ -117,14 +119,18 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
         kinds = list(dict.fromkeys(get_gpu(name) for name in _gpu_names(scenario.cluster)))
         gpu = kinds[0]  # rank 0's
         recompute = recomputed_layers_of(scenario, workload)
+        # a profile of another GPU kind is carried per kind of kernel, and its row says so
+        workload, carried = carry_profile(workload, gpu)
         optimizer = scenario.workload.optimizer
-        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency, optimizer, recompute=recompute)
+        class_fit = _class_fit(scenario)
+        compute = step_compute(workload, gpu, scenario.workload.compute_efficiency, optimizer, recompute=recompute,
+                               fit=class_fit)
         if len(kinds) > 1 and workload.measured is not None:
             raise ScenarioError(f"has {len(kinds)} GPU kinds but the workload's compute is a profile measured on one; "
                                 "use a zoo or torch model, whose compute is estimated per kind",
                                 field="cluster.node_groups")
         other_kinds = tuple((kind, step_compute(workload, kind, scenario.workload.compute_efficiency, optimizer,
-                                                recompute=recompute))
+                                                recompute=recompute, fit=class_fit))
                             for kind in kinds[1:])
         buckets = tuple(bucket_layout(workload.params, compute.ready_order, scenario.ddp, model=workload.name))
         nvls = nvls_of(scenario.cluster)
@@ -147,8 +153,10 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
     measured_in = workload.measured.source if workload.measured is not None else None
     measured_how = workload.measured.how if workload.measured is not None else ""
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
-                                         measured_how),
+                                         measured_how, class_fit.describe() if class_fit is not None else ""),
                **calibrated.sources, "memory": memory_source(scenario, workload)}
+    if carried is not None:
+        sources["compute"] = carried
     if nvls is not None and scenario.cluster.world_size > 1:
         # on by default as NCCL has it, which a planner of a cluster that turns it off must see
         sources["nvls"] = (f"NVLink SHARP weighed by auto (cluster.intra_node.nvls {scenario.cluster.intra_node.nvls}: "
@@ -190,6 +198,11 @@ def _gpu_names(cluster: ClusterSpec) -> list[str]:
     if cluster.node_groups is None:
         return [cluster.gpu]
     return list(dict.fromkeys(group.gpu or cluster.gpu for group in cluster.node_groups))
+
+
+def _class_fit(scenario: Scenario) -> ClassFit | None:
+    """The per-kernel-class fit prices an estimated model unless the scenario sets one compute_efficiency."""
+    return None if scenario.workload.compute_efficiency is not None else load_class_fit()
 
 
 def _unmeasured_why(measured_in: str | None, profile_lacks: str) -> str:

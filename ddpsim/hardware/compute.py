@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import GPUSpec
+from ddpsim.hardware.kernel_classes import ClassFit, layer_seconds, optimizer_times
 from ddpsim.scenario.schema import OPTIMIZERS
-from ddpsim.workload.model import Workload
+from ddpsim.workload.model import Layer, Workload
 from ddpsim.workload.zoo import LANGUAGE_MODELS
 
 # Other spellings a user may write: the fused kernels with a hyphen, and torch's class names.
@@ -100,15 +101,15 @@ def roofline_s(flops: float, n_bytes: float, kernels: float, gpu: GPUSpec, preci
     eff = gpu.default_compute_efficiency if efficiency is None else efficiency
     if not 0.0 < eff <= 1.0:
         raise ScenarioError(f"expected a fraction in (0, 1], got {eff!r}", field="workload.compute_efficiency")
-    use_tf32 = precision == "fp32" and kind == "conv" and cudnn_tf32
+    use_tf32 = precision == "fp32" and kind in ("conv", "depthwise") and cudnn_tf32
     peak = gpu.peak_flops_per_s["tf32"] if use_tf32 else gpu.peak_for(precision)
     compute = flops / (peak * eff) if flops else 0.0
     memory = n_bytes / (gpu.memory_bandwidth_Bps * gpu.memory_efficiency)
     return max(compute, memory) + kernels * gpu.kernel_launch_s
 
 
-def optimizer_s(workload: Workload, gpu: GPUSpec, optimizer: str = "auto") -> float:
-    """Memory-bound optimizer step over fp32 parameters, plus its multi-tensor kernel launches.
+def optimizer_work(workload: Workload, optimizer: str = "auto") -> tuple[float, int]:
+    """(bytes, kernels) of the optimizer step over fp32 parameters: its multi-tensor passes and launches.
     fp16-amp adds GradScaler's unscale (read and write every gradient)."""
     name = resolve_optimizer(workload, optimizer)
     params = workload.params
@@ -117,7 +118,15 @@ def optimizer_s(workload: Workload, gpu: GPUSpec, optimizer: str = "auto") -> fl
     n_bytes = passes * 4.0 * n_elems
     launches_per_op = max(math.ceil(n_elems / _MTA_ELEMS_PER_LAUNCH),
                           math.ceil(len(params) / _MTA_TENSORS_PER_LAUNCH), 1)
-    kernels = _FOREACH_OPS[name] * launches_per_op
+    return n_bytes, _FOREACH_OPS[name] * launches_per_op
+
+
+def optimizer_s(workload: Workload, gpu: GPUSpec, optimizer: str = "auto", fit: ClassFit | None = None) -> float:
+    """Memory-bound optimizer step over fp32 parameters, plus its multi-tensor kernel launches (at the
+    catalog's memory efficiency and launch cost, or the per-class ``fit``'s)."""
+    n_bytes, kernels = optimizer_work(workload, optimizer)
+    if fit is not None:
+        return optimizer_times(n_bytes, kernels, gpu, fit).total_s
     return n_bytes / (gpu.memory_bandwidth_Bps * gpu.memory_efficiency) + kernels * gpu.kernel_launch_s
 
 
@@ -153,14 +162,16 @@ def _measured_segments(workload: Workload) -> tuple[tuple[float, tuple[int, ...]
 
 def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = None,
                  optimizer: str = "auto", cudnn_tf32: bool = True,
-                 recompute: frozenset[int] = frozenset()) -> StepCompute:
+                 recompute: frozenset[int] = frozenset(), fit: ClassFit | None = None) -> StepCompute:
     """Forward, backward segments and optimizer time of ``workload`` on ``gpu``.
 
     ``efficiency`` overrides the catalog's fraction of peak FLOP/s (unused for measured profiles);
-    ``cudnn_tf32`` mirrors ``torch.backends.cudnn.allow_tf32`` (PyTorch's default: True). ``recompute``:
-    layers (indices into ``workload.layers``) whose forward runs again just before their backward
-    (activation checkpointing). ``optimizer`` prices the step where it is estimated; a profile's
-    measured optimizer time holds for the optimizer it ran, scaled by the estimates' ratio otherwise.
+    ``fit``, when given and ``efficiency`` is not, prices each layer by its kernel class
+    (``hardware.kernel_classes``) instead; ``cudnn_tf32`` mirrors ``torch.backends.cudnn.allow_tf32``
+    (PyTorch's default: True). ``recompute``: layers (indices into ``workload.layers``) whose forward runs
+    again just before their backward (activation checkpointing). ``optimizer`` prices the step where it is
+    estimated; a profile's measured optimizer time holds for the optimizer it ran, scaled by the estimates'
+    ratio otherwise.
     """
     if workload.measured is not None:
         m = workload.measured
@@ -192,17 +203,24 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
     pending = 0.0
     elapsed = 0.0
     layer_done = [0.0] * offset  # per parameter: when its layer's backward ends
-    for li in order:
-        layer = workload.layers[li]
-        forward += roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
+    per_class = fit if efficiency is None else None
+
+    def layer_s(layer: Layer, backward: bool) -> float:
+        if per_class is not None:
+            return layer_seconds(layer, gpu, workload.precision, per_class, backward, cudnn_tf32)[2]
+        if backward:
+            return roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
                               workload.precision, efficiency, layer.kind, cudnn_tf32)
+        return roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
+                          workload.precision, efficiency, layer.kind, cudnn_tf32)
+
+    for li in order:
+        forward += layer_s(workload.layers[li], False)
     for li in reversed(order):
         layer = workload.layers[li]
-        cost = roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
-                          workload.precision, efficiency, layer.kind, cudnn_tf32)
+        cost = layer_s(layer, True)
         if li in recompute:
-            cost += roofline_s(layer.forward_flops, layer.forward_bytes, layer.kernels, gpu,
-                               workload.precision, efficiency, layer.kind, cudnn_tf32)
+            cost += layer_s(layer, False)
         pending += cost
         elapsed += cost
         for i in range(first_param[li], first_param[li] + len(layer.params)):
@@ -217,7 +235,7 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
             pending = 0.0
     if pending > 0.0 or not segments:
         segments.append((pending, ()))
-    opt = optimizer_s(workload, gpu, optimizer)
+    opt = optimizer_s(workload, gpu, optimizer, per_class)
     if workload.grad_ready_order:
         recorded = _recorded_segments(workload.grad_ready_order, workload.unused_params, layer_done, elapsed)
         return StepCompute(forward, recorded, opt, unused=workload.unused_params)

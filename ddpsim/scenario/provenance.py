@@ -84,12 +84,15 @@ def overheads_source(scenario: Scenario) -> str:
 
 
 def compute_source(scenario: Scenario, measured_in: str | None, model: str, gpu_name: str,
-                   default_efficiency: float, measured_how: str = "") -> str:
+                   default_efficiency: float, measured_how: str = "", class_fit: str = "") -> str:
     """A measured profile (``measured_in``: its file; ``measured_how``: how, where it matters), or an
-    estimate from the model's FLOPs and bytes at the GPU's datasheet peak."""
+    estimate from the model's FLOPs and bytes at the GPU's datasheet peak (``class_fit``: the per-kernel-class
+    fit that priced it, with its interval; empty: one efficiency)."""
     if measured_in is not None:
         return f"profile {measured_in} (measured{'; ' + measured_how if measured_how else ''})"
     efficiency = scenario.workload.compute_efficiency
+    if efficiency is None and class_fit:
+        return f"estimated: {model}'s FLOPs, bytes and kernels per layer at {gpu_name}'s datasheet peaks, {class_fit}"
     if efficiency is None:
         where = f"{default_efficiency:g}, the {gpu_name} catalog's default, not measured"
     else:

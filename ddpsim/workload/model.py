@@ -40,8 +40,10 @@ class Layer:
     forward_bytes: float = 0.0
     backward_bytes: float = 0.0
     kernels: int = 1
-    # What the FLOPs are: "conv" | "matmul" | "attention" | "" (memory bound). Needed because PyTorch
-    # runs fp32 convolutions on TF32 tensor cores by default (cudnn.allow_tf32) but not fp32 matmuls.
+    # What the FLOPs are: "conv" | "matmul" | "attention" | "" (memory bound), or a memory-bound kind the
+    # importer recognises ("depthwise", "embedding", "norm"). Needed because PyTorch runs fp32
+    # convolutions on TF32 tensor cores by default (cudnn.allow_tf32) but not fp32 matmuls, and because
+    # each kind of kernel reaches its own fraction of the GPU's peak (hardware/kernel_classes.py).
     kind: str = ""
 
 
@@ -62,6 +64,9 @@ class MeasuredTimes:
     source: str = ""
     # how the times were taken where it matters to the reader, e.g. "rank 1 of 2 GPUs profiled at once"
     how: str = ""
+    # the GPU the times were measured on, as torch.cuda.get_device_name() said it (the profile's
+    # fingerprint.gpu_name); empty where the file does not say
+    gpu_device: str = ""
 
 
 @dataclass(frozen=True)
@@ -131,6 +136,9 @@ class Workload:
     # The backward into existing gradients (AccumulateGrad adds instead of taking the new tensor): what
     # every micro-step after the first pays under gradient accumulation. None: not measured.
     backward_accumulate_s: float | None = None
+    # the profile's model_source ("builtin", "module:factory", "hf:..."): what builds the same model again,
+    # for the per-class split that carries a profile to another GPU kind; empty where not known
+    model_source: str = ""
 
     @property
     def unused_params(self) -> tuple[int, ...]:

@@ -231,6 +231,7 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         ready_order=tuple(name for _, name in sorted(fired)),
         source=path,
         how=_concurrent_how(root),
+        gpu_device=_gpu_device(root),
     )
     notes = [f"profile:{path}"]
     fingerprint = raw_params and root.data.get("fingerprint")
@@ -267,9 +268,19 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         autograd_nodes_source=f"profile {path}" if nodes is not None else "",
         output_bytes=output_bytes,
         optimizer=optimizer,
+        model_source=root.get("model_source", (str,), "text", optional=True) or "",
     )
     if memory is None:
         return workload
     return replace(workload, peak_memory=memory.peak, activation_bytes=memory.activation_bytes,
                    activation_bytes_by_layer=memory.activation_bytes_by_layer,
                    activation_source=memory.activation_source)
+
+
+def _gpu_device(root: _Fields) -> str:
+    """The GPU the profile was measured on (``fingerprint.gpu_name``), empty where the file has none."""
+    fingerprint = root.get("fingerprint", (dict,), "an object", optional=True) or {}
+    name = fingerprint.get("gpu_name")
+    if name is not None and not isinstance(name, str):
+        raise root.error("fingerprint.gpu_name", f"expected the GPU's name as text, got {json.dumps(name)[:60]}")
+    return name or ""

@@ -93,3 +93,35 @@ def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
                            activation_bytes_by_layer=zoo.activation_bytes_by_layer,
                            activation_source=f"the zoo's count for {workload.name} (the {what} has no memory record)")
     return workload
+
+
+# the harness's built-in models (ddpsim/measure/models.py) that the torch importer can build again by name
+_HARNESS_FACTORIES = {"resnet50": "resnet50", "gpt2-124m": "gpt2_124m", "mlp-heavy": "mlp_heavy",
+                      "mlp-ln-64": "mlp_ln_64", "mlp-wide": "mlp_wide", "bert-large": "bert_large",
+                      "llama-1b": "ddpsim.measure.fsdp:llama_1b"}
+
+
+def class_estimate(workload: Workload) -> tuple[Workload | None, str]:
+    """The same model's FLOPs, bytes and kernels per layer, for splitting a measured profile by kernel
+    class: (estimate or None, where it came from or why there is none). A zoo model of the profile's
+    name first (no torch needed), else the harness built-in or ``module:factory`` the profile names,
+    through the torch importer."""
+    name = workload.name.split("@")[0]
+    seq = workload.seq_len
+    if name in ZOO_NAMES:
+        return zoo_workload(name, workload.batch_size, workload.precision, seq), f"zoo model {name}"
+    source = workload.model_source
+    factory = _HARNESS_FACTORIES.get(name) if source in ("builtin", "") else None
+    if factory is not None and ":" not in factory:
+        factory = f"ddpsim.measure.models:{factory}"
+    elif factory is None and source and ":" in source and not source.startswith(("hf:", "/")):
+        factory = source
+    if factory is None:
+        return None, f"no zoo model or importable factory named {workload.name!r} (model_source {source or 'absent'!r})"
+    try:
+        from ddpsim.workload.torch_import import import_torch_model
+
+        return (import_torch_model(factory, workload.batch_size, workload.precision, seq),
+                f"torch importer on {factory}")
+    except ScenarioError as err:
+        return None, f"the torch importer could not build {factory}: {err.detail}"

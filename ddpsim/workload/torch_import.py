@@ -635,7 +635,15 @@ def _first_line(err: Exception) -> str:
 def _kind(torch: Any, module: Any, own_fwd: float) -> str:
     nn = torch.nn
     if isinstance(module, nn.Conv1d | nn.Conv2d | nn.Conv3d | nn.ConvTranspose2d):
-        return "conv"
+        # a depthwise convolution (a group per input channel) is memory bound: its own kernel class
+        return "depthwise" if module.groups > 1 and module.groups == module.in_channels else "conv"
+    # the kernel classes of hardware/kernel_classes.py that a module's type names
+    if isinstance(module, nn.Embedding | nn.EmbeddingBag):
+        return "embedding"
+    norms = tuple(getattr(nn, n) for n in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm",
+                                           "RMSNorm", "InstanceNorm2d") if hasattr(nn, n))
+    if isinstance(module, norms):
+        return "norm"
     if own_fwd <= 0:
         return ""
     if isinstance(module, nn.Linear | nn.Bilinear):

@@ -1,0 +1,244 @@
+"""Compute time per kind of kernel: each layer's work priced by the class that governs it.
+
+A layer belongs to one class (``CLASSES``): tensor-core work (``conv``, ``matmul``, ``attention``) is
+priced by its FLOPs at the GPU's peak for the precision times the class's efficiency, bounded below by
+its bytes at the memory bandwidth; memory-bound work (``depthwise`` convolutions, ``embedding``
+lookups, ``norm``s, ``elementwise`` ops and the optimizer) by its bytes at the bandwidth times the
+class's efficiency. A layer takes at least its kernels x a fixed host/launch cost. The efficiencies and the launch cost
+are FITTED on the project's own profiles (``benchmarks/fit_compute_classes.py`` writes
+``hardware/data/compute_classes.json``; nothing there is hand-edited), and the fit's spread over its
+models is the estimate's interval.
+
+The same split carries a measured profile to another GPU kind (``transfer_factors``): each class's
+share of the estimated step on the measured GPU scales by the ratio that governs it (peak tensor
+throughput at the precision, memory bandwidth, the host's launch rate), from the catalog's figures
+of both kinds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from importlib import resources
+
+from ddpsim.hardware.catalog import GPUSpec
+from ddpsim.workload.model import Layer, Workload
+
+TENSOR_CLASSES = ("conv", "matmul", "attention")
+MEMORY_CLASSES = ("depthwise", "embedding", "norm", "elementwise")
+CLASSES = TENSOR_CLASSES + MEMORY_CLASSES
+# the buckets a step's time falls in for a transfer: what scales with tensor throughput, with memory
+# bandwidth, with the host's launch rate
+GOVERNORS = ("tensor", "memory", "launch")
+DATA_FILE = "data/compute_classes.json"
+
+_NORM_WORDS = ("norm", "bn", "ln_", "ln", "layernorm", "rmsnorm", "batchnorm", "groupnorm")
+_EMBED_WORDS = ("embed", "wte", "wpe", "tok_emb", "pos_emb", "embedding")
+
+
+def layer_class(layer: Layer) -> str:
+    """The class of a layer: the importer's kind where it names one, else read from the module's name
+    (``*.ln_1``, ``bn2``: norm; ``wte``, ``embeddings.word``: embedding); FLOPs without a kind are matmuls,
+    and what is left is elementwise (activations, pooling, the loss, residual adds)."""
+    if layer.kind in CLASSES:
+        return layer.kind
+    if layer.forward_flops > 0:
+        return "matmul"
+    leaf = layer.name.rsplit(".", 1)[-1].lower()
+    words = [leaf, layer.name.lower()]
+    if any(leaf == w or leaf.startswith(w) for w in _NORM_WORDS) or "norm" in words[1].rsplit(".", 1)[-1]:
+        return "norm"
+    if any(w in leaf for w in _EMBED_WORDS):
+        return "embedding"
+    return "elementwise"
+
+
+@dataclass(frozen=True)
+class ClassFit:
+    """Per-class efficiencies (fractions of peak FLOP/s or of memory bandwidth), the per-kernel cost,
+    and the fit's spread: measured / estimated steps of its models at p10 and p90 (the interval)."""
+
+    efficiency: dict[str, float]
+    launch_s: float
+    # tensor-core FLOPs per kernel at which a kernel reaches half its class's efficiency: small matrix
+    # products fill the GPU's SMs for too short a time (eager GPT-2 small runs at ~10% of peak, a 1B
+    # LLaMA at ~28%, on the same H100)
+    half_flops: float
+    ratio_p10: float
+    ratio_p90: float
+    fitted_on: tuple[str, ...]
+    source: str  # the data file, the command that wrote it
+
+    def describe(self) -> str:
+        effs = ", ".join(f"{c} {self.efficiency[c]:.2f}" for c in CLASSES)
+        return (f"per-class efficiencies ({effs}; half of it at {self.half_flops / 1e9:.2g} GFLOP per kernel) and "
+                f"{self.launch_s * 1e6:.1f} us per kernel, fitted on "
+                f"{len(self.fitted_on)} profile groups ({self.source}); measured steps of models outside the "
+                f"fit fell within x{self.ratio_p10:.2f}..x{self.ratio_p90:.2f} of such an estimate (p10..p90)")
+
+
+_CACHE: dict[str, ClassFit] = {}
+
+
+def load_class_fit() -> ClassFit:
+    """The shipped fit (package data), read once."""
+    if "fit" not in _CACHE:
+        text = resources.files("ddpsim.hardware").joinpath(DATA_FILE).read_text()
+        _CACHE["fit"] = class_fit_from_json(json.loads(text))
+    return _CACHE["fit"]
+
+
+def class_fit_from_json(data: dict[str, object]) -> ClassFit:
+    eff = data["efficiency"]
+    assert isinstance(eff, dict) and set(eff) == set(CLASSES), "compute_classes.json: efficiency per class"
+    fitted_on = data["fitted_on"]
+    assert isinstance(fitted_on, list)
+    return ClassFit(efficiency={c: float(eff[c]) for c in CLASSES}, launch_s=float(data["launch_s"]),  # type: ignore[arg-type]
+                    half_flops=float(data["half_flops"]),  # type: ignore[arg-type]
+                    ratio_p10=float(data["ratio_p10"]), ratio_p90=float(data["ratio_p90"]),  # type: ignore[arg-type]
+                    fitted_on=tuple(str(x) for x in fitted_on), source=str(data["source"]))
+
+
+def _tensor_peak(gpu: GPUSpec, precision: str, cls: str, cudnn_tf32: bool) -> float:
+    # PyTorch runs fp32 convolutions on TF32 tensor cores by default (cudnn.allow_tf32), fp32 matmuls not
+    if precision == "fp32" and cls == "conv" and cudnn_tf32:
+        return gpu.peak_flops_per_s["tf32"]
+    return gpu.peak_for(precision)
+
+
+@dataclass(frozen=True)
+class ClassTimes:
+    """Seconds of one pass (forward, backward or optimizer) by class, and by what governs each second."""
+
+    by_class: dict[str, float]
+    by_governor: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.by_governor.values())
+
+
+def _add(times: dict[str, float], key: str, seconds: float) -> None:
+    times[key] = times.get(key, 0.0) + seconds
+
+
+def layer_seconds(layer: Layer, gpu: GPUSpec, precision: str, fit: ClassFit, backward: bool,
+                  cudnn_tf32: bool = True) -> tuple[str, str, float]:
+    """(class, governor, seconds) of a layer's forward or backward. The GPU runs the layer's work while the
+    host launches its kernels ahead of it, so the layer takes the longer of the two: its work (tensor-core
+    FLOPs or bytes, whichever is slower) or its kernels' launches (a host/launch-bound layer)."""
+    cls = layer_class(layer)
+    flops = layer.backward_flops if backward else layer.forward_flops
+    n_bytes = layer.backward_bytes if backward else layer.forward_bytes
+    kernels = (2 if backward else 1) * layer.kernels
+    memory_s = n_bytes / (gpu.memory_bandwidth_Bps * fit.efficiency["elementwise" if cls in TENSOR_CLASSES else cls])
+    if cls in TENSOR_CLASSES and flops > 0:
+        per_kernel = flops / kernels
+        efficiency = fit.efficiency[cls] * per_kernel / (per_kernel + fit.half_flops)
+        compute_s = flops / (_tensor_peak(gpu, precision, cls, cudnn_tf32) * efficiency)
+        governor, work = ("tensor", compute_s) if compute_s >= memory_s else ("memory", memory_s)
+    else:
+        governor, work = "memory", memory_s
+    launch = kernels * fit.launch_s
+    if launch > work:
+        return cls, "launch", launch
+    return cls, governor, work
+
+
+def pass_times(workload: Workload, gpu: GPUSpec, fit: ClassFit, backward: bool, cudnn_tf32: bool = True) -> ClassTimes:
+    by_class: dict[str, float] = {}
+    by_governor: dict[str, float] = {g: 0.0 for g in GOVERNORS}
+    for layer in workload.layers:
+        cls, governor, seconds = layer_seconds(layer, gpu, workload.precision, fit, backward, cudnn_tf32)
+        _add(by_class, cls, seconds)
+        _add(by_governor, governor, seconds)
+    return ClassTimes(by_class, by_governor)
+
+
+def optimizer_times(n_bytes: float, kernels: float, gpu: GPUSpec, fit: ClassFit) -> ClassTimes:
+    """The optimizer's foreach kernels: memory-bound passes over the parameters, plus their launches."""
+    memory = n_bytes / (gpu.memory_bandwidth_Bps * fit.efficiency["elementwise"])
+    launch = kernels * fit.launch_s
+    if launch > memory:
+        return ClassTimes({"elementwise": launch}, {"tensor": 0.0, "memory": 0.0, "launch": launch})
+    return ClassTimes({"elementwise": memory}, {"tensor": 0.0, "memory": memory, "launch": 0.0})
+
+
+def governor_ratios(source: GPUSpec, target: GPUSpec, precision: str, tensor_flops_by_peak: dict[str, float]
+                    ) -> dict[str, float]:
+    """Target seconds per source second for each governor. ``tensor_flops_by_peak``: the tensor-core
+    seconds of the estimate per peak key ("tf32" for fp32 convolutions, else the precision's), so that a
+    step mixing TF32 convolutions and fp32 matmuls gets its own weighted throughput ratio."""
+    total = sum(tensor_flops_by_peak.values())
+    if total > 0:
+        tensor = sum(share / total * source.peak_flops_per_s[key] / target.peak_flops_per_s[key]
+                     for key, share in tensor_flops_by_peak.items())
+    else:
+        key = {"fp32": "fp32", "bf16-amp": "bf16", "fp16-amp": "fp16"}.get(precision, precision)
+        tensor = source.peak_flops_per_s[key] / target.peak_flops_per_s[key]
+    return {"tensor": tensor,
+            "memory": source.memory_bandwidth_Bps / target.memory_bandwidth_Bps,
+            "launch": target.kernel_launch_s / source.kernel_launch_s}
+
+
+def tensor_seconds_by_peak(workload: Workload, gpu: GPUSpec, fit: ClassFit, cudnn_tf32: bool = True) -> dict[str, float]:
+    """The estimate's tensor-governed seconds (forward and backward) per peak key."""
+    out: dict[str, float] = {}
+    precision_key = {"fp32": "fp32", "bf16-amp": "bf16", "fp16-amp": "fp16"}[workload.precision]
+    for layer in workload.layers:
+        for backward in (False, True):
+            cls, governor, work = layer_seconds(layer, gpu, workload.precision, fit, backward, cudnn_tf32)
+            if governor == "tensor":
+                key = "tf32" if workload.precision == "fp32" and cls == "conv" and cudnn_tf32 else precision_key
+                _add(out, key, work)
+    return out
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """How a measured pass scales from one GPU kind to another: target / source seconds per pass, the
+    governors' shares of each pass on the source, and the ratio applied per governor."""
+
+    source: str
+    target: str
+    forward: float
+    backward: float
+    optimizer: float
+    shares: dict[str, dict[str, float]]  # pass -> governor -> share of the estimated pass on the source
+    ratios: dict[str, float]             # governor -> target seconds per source second
+
+    def describe(self) -> str:
+        ratios = ", ".join(f"{g} x{self.ratios[g]:.3f}" for g in GOVERNORS)
+        shares = "; ".join(f"{p} " + " / ".join(f"{self.shares[p][g] * 100:.0f}%" for g in GOVERNORS)
+                           for p in ("forward", "backward", "optimizer"))
+        return (f"measured on {self.source}, carried to {self.target} per kind of kernel: {ratios} "
+                f"(tensor throughput at the precision, memory bandwidth, launch rate, catalog figures); shares "
+                f"tensor / memory / launch on {self.source}: {shares}; forward x{self.forward:.3f}, backward "
+                f"x{self.backward:.3f}, optimizer x{self.optimizer:.3f}")
+
+
+def transfer_factors(estimate: Workload, optimizer: ClassTimes | None, source: GPUSpec, target: GPUSpec,
+                     fit: ClassFit, cudnn_tf32: bool = True) -> Transfer:
+    """Per pass, sum over governors of (share on the source) x (governor ratio); ``estimate`` is the same
+    model's FLOPs, bytes and kernels (zoo or importer), ``optimizer`` its optimizer pass on ``source``."""
+    ratios = governor_ratios(source, target, estimate.precision,
+                             tensor_seconds_by_peak(estimate, source, fit, cudnn_tf32))
+    passes = {"forward": pass_times(estimate, source, fit, False, cudnn_tf32),
+              "backward": pass_times(estimate, source, fit, True, cudnn_tf32)}
+    if optimizer is not None:
+        passes["optimizer"] = optimizer
+    shares: dict[str, dict[str, float]] = {}
+    factors: dict[str, float] = {}
+    for name in ("forward", "backward", "optimizer"):
+        times = passes.get(name)
+        total = times.total_s if times is not None else 0.0
+        if times is None or total <= 0:
+            # nothing estimated (no optimizer): memory-bound, as an optimizer step is
+            shares[name] = {"tensor": 0.0, "memory": 1.0, "launch": 0.0}
+        else:
+            shares[name] = {g: times.by_governor[g] / total for g in GOVERNORS}
+        factors[name] = sum(shares[name][g] * ratios[g] for g in GOVERNORS)
+    assert all(math.isfinite(v) and v > 0 for v in factors.values())
+    return Transfer(source.name, target.name, factors["forward"], factors["backward"], factors["optimizer"],
+                    shares, ratios)

@@ -1,0 +1,140 @@
+"""Per-kernel-class compute: the catalog's figures, the class of each layer, carrying a profile across GPU
+kinds (checked against the project's own H100 and H200 measurements), and the shipped fit."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ddpsim.hardware.carry import carry_profile, measured_gpu
+from ddpsim.hardware.catalog import GPUS, get_gpu, gpu_from_device_name
+from ddpsim.hardware.kernel_classes import CLASSES, governor_ratios, layer_class, load_class_fit
+from ddpsim.workload.model import Layer
+from ddpsim.workload.profile import load_profile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, "validation", "data")
+
+
+def _profile(campaign: str, model: str) -> str:
+    return os.path.join(DATA, campaign, "profiles", f"{model}.json")
+
+
+def _measured_step(path: str) -> float:
+    with open(path) as f:
+        d = json.load(f)
+    return d["forward_s"] + d["backward_s"] + d["optimizer_s"]
+
+
+def test_catalog_names_the_gpus_planners_buy_with_their_datasheets():
+    for name in ("V100", "V100-16GB", "A100", "A100-40GB", "H100", "H100-PCIe", "H100-NVL", "H200", "B200", "GB200",
+                 "MI300X"):
+        spec = get_gpu(name)
+        assert spec.datasheet, name
+        # dense tensor throughput at 16 bits is at least the fp32 rate on every one of them
+        assert spec.peak_for("bf16-amp") >= spec.peak_for("fp32")
+    # datasheet figures: H200 = H100's compute with HBM3e at 4.8 TB/s; MI300X 1,307.4 TF BF16 dense, 5.3 TB/s
+    assert get_gpu("H200").peak_flops_per_s == get_gpu("H100").peak_flops_per_s
+    assert get_gpu("H200").memory_bandwidth_Bps == 4.8e12
+    assert get_gpu("MI300X").peak_flops_per_s["bf16"] == 1307.4e12
+    assert get_gpu("MI300X").memory_bandwidth_Bps == 5.3e12
+    assert get_gpu("GB200").peak_flops_per_s["bf16"] == 360e15 / 72 / 2  # rack's sparse figure / 72 GPUs, dense
+
+
+@pytest.mark.parametrize("device,kind", [("NVIDIA H100 80GB HBM3", "H100"), ("NVIDIA H200", "H200"),
+                                         ("NVIDIA H100 PCIe", "H100-PCIe"), ("NVIDIA H100 NVL", "H100-NVL"),
+                                         ("NVIDIA A100-SXM4-40GB", "A100-40GB"), ("NVIDIA A100-SXM4-80GB", "A100"),
+                                         ("AMD Instinct MI300X", "MI300X"), ("NVIDIA GeForce RTX 4090", None)])
+def test_device_names_map_to_catalog_kinds(device, kind):
+    assert gpu_from_device_name(device) == kind
+
+
+def test_governor_ratios_are_the_catalog_figures():
+    h100, h200, b200 = get_gpu("H100"), get_gpu("H200"), get_gpu("B200")
+    r = governor_ratios(h100, h200, "bf16-amp", {"bf16": 1.0})
+    assert r == pytest.approx({"tensor": 1.0, "memory": 3.35 / 4.8, "launch": 1.0})
+    r = governor_ratios(h100, b200, "bf16-amp", {"bf16": 1.0})
+    assert r["tensor"] == pytest.approx(989.4 / 2250)
+    # fp32 convolutions run at TF32, fp32 matmuls at fp32: a mixed step weighs the two peaks' ratios
+    r = governor_ratios(h100, b200, "fp32", {"tf32": 3.0, "fp32": 1.0})
+    assert r["tensor"] == pytest.approx(0.75 * 494.7 / 1100 + 0.25 * 67 / 75)
+
+
+def test_layer_class_from_kind_and_name():
+    assert layer_class(Layer("layer1.0.conv1", kind="conv", forward_flops=1.0)) == "conv"
+    assert layer_class(Layer("features.3.dw", kind="depthwise")) == "depthwise"
+    assert layer_class(Layer("h.0.ln_1")) == "norm"
+    assert layer_class(Layer("layer1.0.bn2")) == "norm"
+    assert layer_class(Layer("wte")) == "embedding"
+    assert layer_class(Layer("fc", forward_flops=2.0)) == "matmul"
+    assert layer_class(Layer("relu")) == "elementwise"
+
+
+def test_importer_names_the_kernel_class_of_each_module_type():
+    torch = pytest.importorskip("torch")
+    from ddpsim.workload.torch_import import _kind
+
+    nn = torch.nn
+    assert _kind(torch, nn.Conv2d(8, 8, 3, groups=8), 1.0) == "depthwise"
+    assert _kind(torch, nn.Conv2d(8, 16, 3), 1.0) == "conv"
+    assert _kind(torch, nn.BatchNorm2d(8), 0.0) == "norm"
+    assert _kind(torch, nn.LayerNorm(8), 0.0) == "norm"
+    assert _kind(torch, nn.Embedding(10, 8), 0.0) == "embedding"
+    assert _kind(torch, nn.Linear(8, 8), 1.0) == "matmul"
+
+
+def test_shipped_fit_loads_and_kept_the_held_out_models_out():
+    fit = load_class_fit()
+    assert set(fit.efficiency) == set(CLASSES)
+    assert all(0 < e <= 1 for e in fit.efficiency.values())
+    assert 0 < fit.ratio_p10 < 1 < fit.ratio_p90
+    seen = " ".join(fit.fitted_on)
+    for held_out in ("llama-1b", "lab_models", "hf:", "mlp-wide"):
+        assert held_out not in seen
+
+
+def test_profile_names_its_gpu_and_same_kind_is_left_alone():
+    workload = load_profile(_profile("h100x2-2026-11-26", "resnet50"))
+    assert measured_gpu(workload) == "H100"
+    same, row = carry_profile(workload, get_gpu("H100-SXM"))
+    assert row is None and same is workload
+
+
+@pytest.mark.parametrize("model", ["resnet50", "gpt2-124m", "mlp-heavy"])
+@pytest.mark.parametrize("source,target", [("h100x2-2026-11-26", "h200x2-2026-11-26"),
+                                           ("h200x2-2026-11-26", "h100x2-2026-11-26")])
+def test_profile_carried_across_kinds_lands_near_the_other_kinds_measurement(model, source, target):
+    """Both files were measured on GPUs (2 x H100, 2 x H200, 2026-11-26): a profile of one kind carried to the
+    other lands within 15% of that kind's own measured step, and the row says what was done."""
+    workload = load_profile(_profile(source, model))
+    target_path = _profile(target, model)
+    target_kind = measured_gpu(load_profile(target_path))
+    assert target_kind is not None and target_kind != measured_gpu(workload)
+    carried, row = carry_profile(workload, GPUS[target_kind])
+    assert row is not None and f"measured on {measured_gpu(workload)}, carried to {target_kind}" in row
+    assert "memory x" in row and "tensor x" in row and "launch x" in row
+    m = carried.measured
+    assert m is not None
+    step = m.forward_s + m.backward_s + m.optimizer_s
+    assert abs(step / _measured_step(target_path) - 1) < 0.15
+    # gradients keep their order and end where the carried backward ends
+    assert max(m.grad_ready_s.values()) <= m.backward_s * 1.25 + 1e-3
+
+
+def test_scenario_on_another_gpu_says_the_profile_was_carried(tmp_path):
+    from ddpsim.loader import load_scenario
+    from ddpsim.simulation import prepare
+
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"workload: {{model: 'profile:{_profile('h100x2-2026-11-26', 'resnet50')}', batch_size: 64}}\n"
+                        "cluster: {gpu: H200, nodes: 1, gpus_per_node: 1}\n")
+    prepared = prepare(load_scenario(str(scenario)))
+    assert "measured on H100, carried to H200" in prepared.sources["compute"]
+    measured = _measured_step(_profile("h100x2-2026-11-26", "resnet50"))
+    assert prepared.compute.forward_s + prepared.compute.backward_s + prepared.compute.optimizer_s < 0.95 * measured
+    same = tmp_path / "same.yaml"
+    same.write_text(scenario.read_text().replace("gpu: H200", "gpu: H100"))
+    plain = prepare(load_scenario(str(same)))
+    assert "carried" not in plain.sources["compute"] and "(measured" in plain.sources["compute"]
