@@ -293,6 +293,12 @@ def probe_calibration(base: dict[str, Any], probe_dirs: Sequence[str], base_sour
     probed |= probed_net
     out["probed_from"] = {"folders": [os.path.basename(os.path.normpath(d)) for d in probe_dirs],
                           "base": base_source, "parts": sorted(f"{c} {p}" for c, p in probed)}
+    # the probe's DDP steps (plan probe since issue #39): the overheads' level on this allocation
+    from ddpsim.fitting.probe_overheads import levels_record, recentre_overheads
+
+    out, levels = recentre_overheads(out, probe)
+    if levels:
+        out["probed_from"]["overheads"] = levels_record(levels)
     touched = {c for c, _ in probed}
     notes = [f"{c}: not in the probe (no sweep of it): the pooled fit and its allocation spread stand for this "
              f"allocation" for c in sorted(set(base.get("link_classes") or {}) - touched)]

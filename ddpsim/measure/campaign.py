@@ -366,6 +366,9 @@ def main(argv=None):
                     help="multi-node launches also run point-to-point patterns over the network (netprobe.jsonl)")
     ap.add_argument("--net-probe-rounds", type=int, default=1, choices=(1, 2, 3),
                     help="probe rounds per multi-node launch (worker --net-probe-rounds)")
+    ap.add_argument("--flat-weights", action="store_true",
+                    help="every sweep launch gets the same share of the budget (the probe plan: on 2 x H200 at "
+                         "110 s the weighted shares left NVLink's launch 10 s and skipped it, 2026-11-28)")
     ap.add_argument("--no-nccl-debug", action="store_true", help="do not set NCCL_DEBUG=INFO in sweep launches")
     ap.add_argument("--cpu-slots", type=int, default=0, help="dry run: pretend N devices, run on CPU with gloo")
     ap.add_argument("--resume", action="store_true",
@@ -431,6 +434,8 @@ def main(argv=None):
         for tr in trs:
             net = tr == "socket" or shp[0] > 1
             w = TRANSPORT_WEIGHT.get("socket" if net else tr, 1.5) * (1.0 + 0.15 * (shp[0] * shp[1] - 2))
+            if a.flat_weights:  # the probe: few DDP steps, so each launch costs about its start and sweep
+                w = 1.0
             units.append((tr, shp, w))
     if not a.repeat_only:
         for tr, shp, w in units:

@@ -138,11 +138,16 @@ def summary_lines(out: str, models: list[str], dry_run: bool = False) -> list[st
 def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[str]) -> list[str]:
     """What the folder is good for, from what it holds."""
     cal = os.path.join(out, "calibration.json")
-    if have_runs:
+    try:
+        with open(os.path.join(out, "plan.json")) as f:
+            probe_plan = json.load(f).get("plan") == "probe"
+    except (OSError, ValueError, AttributeError):
+        probe_plan = False
+    if have_runs and not probe_plan:
         return [f"  ddpsim calibrate {out} --out {cal}   (fits the DDP overheads on the runs at caps 5 and 50)",
                 f"  ddpsim validate {out} --calibration {cal}   (predicts the runs the fit left out)",
                 f"  ddpsim validate {out} --cross model   (each model predicted by a fit on the others)"]
-    if have_sweeps:  # the probe: this allocation's links on a calibration pooled over other allocations
+    if have_sweeps:  # the probe: this allocation's links (and DDP steps) on a calibration pooled over others
         return [f"  ddpsim calibrate {out} --recentre POOLED.json --out {cal}   (POOLED: the repository's "
                 "validation/calibration-h100-pooled.json or -h200-pooled.json, or your own)"]
     stems = ", ".join(profiled) or "none"

@@ -19,6 +19,9 @@ class Plan:
     budget_s: float
     quick: bool = False
     net_probe: bool = True  # on multi-node shapes only
+    steps: int | None = None  # timed steps per configuration and round (None: the campaign's 30)
+    timing_run: bool = True  # the per-bucket timing-hook run at cap 25 (per-bucket analysis only)
+    flat_weights: bool = False  # every sweep launch the same share of the budget (see campaign --flat-weights)
 
     def campaign_args(self) -> list[str]:
         args = ["--caps", self.caps_mb or "25", "--algos", "default"]
@@ -28,6 +31,12 @@ class Plan:
             args += ["--quick"]
         if self.net_probe:
             args += ["--net-probe"]
+        if self.steps is not None:
+            args += ["--steps", str(self.steps)]
+        if not self.timing_run:
+            args += ["--timing-cap", "none"]
+        if self.flat_weights:
+            args += ["--flat-weights"]
         return args
 
 
@@ -35,9 +44,12 @@ PLANS = {
     "default": Plan("default", "all-reduce sweeps and DDP runs at three bucket caps per link class, and each "
                     "model's world-size-1 profile: what `ddpsim calibrate` fits and `ddpsim validate` checks",
                     "5,25,50", True, 600.0),
-    "probe": Plan("probe", "the short probe of a fresh allocation: an all-reduce sweep per link class and each "
-                  "model's world-size-1 profile, no DDP runs; `ddpsim calibrate --links-only` re-centres a "
-                  "shipped calibration on it", "", False, 120.0),
+    # the DDP runs (one cap, 10 steps a round) see what the sweeps cannot: the allocation's compute and host
+    # inside a DDP step (issue #39: NVLink steps 9-24% off on allocations whose sweeps matched the pool)
+    "probe": Plan("probe", "the short probe of a fresh allocation: an all-reduce sweep per link class, a few "
+                  "DDP steps of each model at cap 25 and each model's world-size-1 profile; `ddpsim calibrate "
+                  "--recentre` re-centres a pooled calibration's links and DDP overheads on it", "25", True, 120.0,
+                  steps=10, timing_run=False, flat_weights=True),
     "quick": Plan("quick", "a smoke test of the host and the models: few steps, two caps", "5,25", True, 180.0,
                   quick=True),
     "sharded": Plan("sharded", "DDP, ZeRO-2 and ZeRO-3 (FSDP2) steps and peak memory per link class: what "
