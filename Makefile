@@ -3,7 +3,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: demo test lint bench evidence evidence-fast clean
+.PHONY: demo test lint bench evidence evidence-fast clean gpu-check
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -51,3 +51,9 @@ evidence-fast: $(VENV)/.installed
 
 clean:
 	rm -rf $(VENV) reports build *.egg-info
+
+# On a GPU host (torch only, no venv needed): every CUDA path of the measurement harness, checked, in about
+# 2 minutes; exit 1 names each failure in one line. Output: $(GPU_CHECK_OUT)/selfcheck.json
+GPU_CHECK_OUT ?= reports/selfcheck
+gpu-check:
+	PYTHONPATH=$(CURDIR) $(PY) -m ddpsim.measure.selfcheck --out $(GPU_CHECK_OUT)

@@ -7,7 +7,8 @@ Strategies: ``ddp`` (DistributedDataParallel, the model's own autocast), ``zero2
 on the root with ``reshard_after_forward=False``), ``zero3`` (``reshard_after_forward=True``). A block is a module
 whose name ends in the first numbered part (``h.3``, ``layers.11``): the children of the model's ModuleList, as
 ddpsim's ``parallel.unit: auto`` reads them. FSDP runs take ``MixedPrecisionPolicy(param_dtype, reduce_dtype)``
-from ``--param-dtypes`` (fp32 = no policy: fp32 parameters under the model's autocast) and ``--reduce-dtype``.
+from ``--param-dtypes`` (fp32 = no policy: fp32 parameters under the model's autocast; ``auto``, the default: bf16
+for a bf16-autocast model without BatchNorm statistics, else fp32) and ``--reduce-dtype``.
 
 Every run appends one record to ``DIR/fsdp_runs.jsonl`` (rank 0 writes): schema ``ddpsim.fsdp_run/1``, the same
 model, shape (nodes, gpus_per_node, emulated nodes) and fingerprint fields as ``ddp_runs.jsonl``, the step's
@@ -43,6 +44,7 @@ from .common import (
     quantile,
     synchronize,
 )
+from .memory import run_peaks
 from .models import ModelSpec, ddp_param_order, parse_model_arg, resolve
 from .worker import shape_setup
 
@@ -246,6 +248,8 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
     n_params = sum(p.numel() for _, p in ddp_param_order(model))
     param_bytes = sum(p.numel() * p.element_size() for _, p in ddp_param_order(model))
     expected_units = unit_numels(model, block_names(model))
+    if strategy != "ddp":
+        refuse_cast_buffers(spec, model, param_dtype)
     wrapped = wrap(model, strategy, param_dtype, reduce_dtype, device, hsdp_nodes)
     units = fsdp_units(model) if strategy != "ddp" else []
     opt = spec.make_optimizer(wrapped.parameters())
@@ -277,6 +281,7 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
     for _ in range(steps):
         one_step(True)
     peak = torch.cuda.max_memory_allocated(device) if cuda else None
+    memory = run_peaks(device, peak, torch.cuda.max_memory_reserved(device) if cuda else None)
     allocated = torch.cuda.memory_allocated(device) if cuda else None
     peaks = None
     if cuda and dist.get_world_size() > 1:
@@ -291,19 +296,68 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
         "optimizer_s_median": median(times["opt"]),
         "step_time_source": "cuda_event" if cuda else "perf_counter",
         "peak_memory_bytes": peak, "peak_memory_bytes_per_rank": peaks, "allocated_after_step_bytes": allocated,
+        "memory": memory,
         "n_params": n_params, "param_bytes": param_bytes, "units": units, "expected_units": expected_units,
         "iterations": len(st), "warmup": warmup,
     }
 
 
-def plan(models: list[str], strategies: list[str], param_dtypes: list[str]) -> list[tuple[str, str, str]]:
-    """(model, strategy, param dtype): DDP once per model (its precision is the model's autocast)."""
+AUTO = "auto"  # the model's own precision: see auto_param_dtype
+
+
+def auto_param_dtype(spec: ModelSpec) -> str:
+    """The FSDP parameter dtype ``auto`` means for a model: bf16 for one that trains under bf16 autocast, else
+    fp32, and fp32 as well for a model with BatchNorm's (or InstanceNorm's) running statistics.
+
+    A bf16 ``MixedPrecisionPolicy`` casts parameters but not buffers: an fp32 U-Net with BatchNorm then fails in
+    its first forward ("Expected running_mean to have type BFloat16 but got Float"). An fp32 model is measured
+    in fp32 (what its user trains with); a bf16-autocast model with such buffers keeps fp32 parameters and its
+    autocast."""
+    if spec.precision != "bf16-amp":
+        return "fp32"
+    try:
+        with torch.device("meta"):
+            model = spec.build()
+    except Exception:  # noqa: BLE001 - a factory that cannot build on meta: its buffers are checked at the run
+        return "bf16"
+    return "fp32" if norm_statistics(model) else "bf16"
+
+
+def norm_statistics(model: nn.Module) -> list[str]:
+    """Names of the running statistics of BatchNorm / InstanceNorm layers (the buffers whose dtype must match the
+    parameters'). Other floating buffers (a rotary table) mix with bf16 activations by type promotion."""
+    from torch.nn.modules.batchnorm import _NormBase
+
+    return [f"{name}.{b}" if name else b for name, module in model.named_modules() if isinstance(module, _NormBase)
+            for b, t in module.named_buffers(recurse=False) if t is not None and t.is_floating_point()]
+
+
+def plan(models: list[str], strategies: list[str], param_dtypes: list[str],
+         auto: dict[str, str] | None = None) -> list[tuple[str, str, str]]:
+    """(model, strategy, param dtype): DDP once per model (its precision is the model's autocast); ``auto`` in
+    ``param_dtypes`` is the model's dtype in ``auto`` (model -> dtype; absent: fp32), a repeated dtype runs once."""
     runs = []
     for m in models:
         for s in strategies:
+            dtypes: list[str] = []
             for dt in (["fp32"] if s == "ddp" else param_dtypes):
-                runs.append((m, s, dt))
+                dt = (auto or {}).get(m, "fp32") if dt == AUTO else dt
+                if dt not in dtypes:
+                    dtypes.append(dt)
+            runs += [(m, s, dt) for dt in dtypes]
     return runs
+
+
+def refuse_cast_buffers(spec: ModelSpec, model: nn.Module, param_dtype: str) -> None:
+    """A low-precision parameter dtype asked for a model with floating-point buffers (BatchNorm's running
+    statistics) fails inside the first forward with a dtype mismatch: say so before, in one line."""
+    if param_dtype == "fp32":
+        return
+    stats = norm_statistics(model)
+    if stats:
+        raise ValueError(f"model {spec.name}: --param-dtypes {param_dtype} casts its parameters but not its "
+                         f"{len(stats)} normalization statistics (first: {stats[0]}); measure it with "
+                         "--param-dtypes auto or fp32")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -313,8 +367,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                     help="built-in names (llama-1b, llama-tiny, gpt-tiny and ddpsim.measure.models'), module:factory or hf:CONFIG, "
                          "each with @batch=B, @precision=fp32|bf16, @optimizer, @seq; comma separated")
     ap.add_argument("--strategies", default=",".join(STRATEGIES), help="ddp, zero2, zero3 (comma separated)")
-    ap.add_argument("--param-dtypes", default="bf16",
-                    help="FSDP runs: MixedPrecisionPolicy param_dtype per run (fp32: no policy); comma separated")
+    ap.add_argument("--param-dtypes", default=AUTO,
+                    help="FSDP runs: MixedPrecisionPolicy param_dtype per run (fp32: no policy; auto, the default: "
+                         "bf16 for a model that trains under bf16 autocast, fp32 for an fp32 one); comma separated")
     ap.add_argument("--reduce-dtype", default="fp32", choices=sorted(DTYPES), help="MixedPrecisionPolicy reduce_dtype")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=20)
@@ -329,10 +384,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     a = ap.parse_args(argv)
     a.strategy_list = [s for s in a.strategies.split(",") if s]
     a.dtype_list = [d for d in a.param_dtypes.split(",") if d]
-    bad = [s for s in a.strategy_list if s not in STRATEGIES] + [d for d in a.dtype_list if d not in DTYPES]
+    bad = ([s for s in a.strategy_list if s not in STRATEGIES]
+           + [d for d in a.dtype_list if d not in DTYPES and d != AUTO])
     if bad:
         ap.error(f"unknown strategy or dtype: {', '.join(bad)} (strategies {', '.join(STRATEGIES)}; "
-                 f"dtypes {', '.join(DTYPES)})")
+                 f"dtypes {', '.join(DTYPES)}, {AUTO})")
     return a
 
 
@@ -340,6 +396,7 @@ def main(argv=None) -> int:
     a = parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     specs = {m: resolve_model(m) for m in models}  # a typo fails before any process group exists
+    auto = {m: auto_param_dtype(spec) for m, spec in specs.items()} if AUTO in a.dtype_list else {}
     os.makedirs(a.out, exist_ok=True)
     launch_id = a.launch_id or f"fsdp_{a.transport}_w{os.environ.get('WORLD_SIZE', '1')}"
     shape, _nccl_log = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
@@ -353,7 +410,7 @@ def main(argv=None) -> int:
     out_path = os.path.join(a.out, "fsdp_runs.jsonl")
     failed = 0
     for round_index in range(a.rounds):
-        for model, strategy, param_dtype in plan(models, a.strategy_list, a.dtype_list):
+        for model, strategy, param_dtype in plan(models, a.strategy_list, a.dtype_list, auto):
             spec = specs[model]
             base = {"schema": SCHEMA, "model": model, "batch_size": spec.batch_size, "precision": spec.precision,
                     "seq_len": spec.seq_len, "optimizer": spec.optimizer, "strategy": strategy,

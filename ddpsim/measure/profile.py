@@ -3,6 +3,7 @@ gradient is ready: profiles/<model>.json), and world-size-1 DDP rows stepped bes
 from __future__ import annotations
 
 import datetime
+import functools
 import os
 import time
 import traceback
@@ -24,6 +25,7 @@ from .common import (
     wait_for_gpu_s,
     write_json,
 )
+from .memory import PeakTracker, profile_memory
 from .models import MODELS, buffers_bytes, ddp_param_order, file_stem, resolve
 from .runner import Runner, cap_value
 
@@ -63,10 +65,16 @@ def profile_model(spec, device, iters=20, warmup=5):
     ready = [[] for _ in order]
     orders = []
     sync_floor_s = idle_sync_s(device)
+    # the peak of the clean steps after warm-up only: an accumulate step's backward adds into gradients that
+    # already exist, a higher peak than a training loop that zeroes them (set_to_none) sees
+    peaks = PeakTracker(device)
     for it in range(warmup + 4 * iters):
         kind = ("clean", "hooked", "lead", "accumulate")[(it - warmup) % 4] if it >= warmup else ("clean", "hooked")[it % 2]
         hooked = kind == "hooked"
         handles = [p.register_post_accumulate_grad_hook(make_hook(i)) for i, (_, p) in enumerate(order)] if hooked else []
+        tracked = kind == "clean" and it >= warmup
+        if tracked:
+            peaks.begin()
         try:
             state["fired"].clear()
             state["ev"].clear()
@@ -85,6 +93,8 @@ def profile_model(spec, device, iters=20, warmup=5):
             opt.step()
             m3.record()
             synchronize(device)
+            if tracked:
+                peaks.end()
         finally:
             for h in handles:
                 h.remove()
@@ -110,6 +120,8 @@ def profile_model(spec, device, iters=20, warmup=5):
     ready = [[t * ready_scale for t in times] for times in ready]
     fired = orders[0] if orders else []
     rank_of = {pi: k for k, pi in enumerate(fired)}
+    memory = profile_memory(peaks, model, opt, functools.partial(spec.loss, model, batch), spec.optimizer, spec.precision,
+                            spec.batch_size)
     params = []
     for i, (name, p) in enumerate(order):
         params.append({"name": name, "numel": p.numel(), "dtype": str(p.dtype).replace("torch.", ""),
@@ -133,7 +145,7 @@ def profile_model(spec, device, iters=20, warmup=5):
            "backward_accumulate_s_p90": quantile(bwd_acc, 0.9) if bwd_acc else None,
            "ready_order_stable": all(o == fired for o in orders),
            "optimizer": spec.optimizer, "params": params, "buffers_bytes": buffers_bytes(model),
-           "param_bytes": sum(p.numel() * p.element_size() for _, p in order)}
+           "param_bytes": sum(p.numel() * p.element_size() for _, p in order), "memory": memory}
     del model, opt, batch
     if device.type == "cuda":
         torch.cuda.empty_cache()

@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from .common import Marker, bcast_int, idle_sync_s, median, quantile, synchronize, wait_for_gpu_s
+from .memory import RunPeaks, run_peaks
 from .models import ddp_param_order, resolve
 
 
@@ -154,6 +155,7 @@ class Runner:
         self.spec, self.cap, self.variant, self.device, self.W = spec, cap, variant, device, W
         self.opts = variant_options(variant)
         rank = dist.get_rank()
+        self.peaks = RunPeaks(device)  # before the model exists: its resident bytes are what follows
         torch.manual_seed(seed)
         model = spec.build_on(device)
         model.train()
@@ -246,13 +248,17 @@ class Runner:
         # sampled the rebuilt layout
         r = self.run_steps(n)
         self.warmup_done += n
+        if self.peaks.resident_bytes is None:
+            self.peaks.built()
         self.step_wall_estimate = r["wall"][-1] if r["wall"] else None
 
     def measure_round(self, steps, round_warmup, position, slot, t_launch0):
         if round_warmup:
             self.run_steps(round_warmup)
         t0 = time.perf_counter() - t_launch0
+        self.peaks.begin()
         r = self.run_steps(steps, timed_hook=True)
+        self.peaks.end()
         self.step_wall_estimate = median(r["wall"])
         self.rounds.append({
             "round": sum(1 for x in self.rounds if x["position"] == "round") if position == "round" else None,
@@ -312,6 +318,10 @@ class Runner:
             dist.all_gather(g, t)
             step_max = median(torch.stack(g).max(dim=0).values.tolist())
         per_rank = self._per_rank(st, ns)
+        memory = run_peaks(self.device, self.peaks.peak_allocated_bytes, self.peaks.peak_reserved_bytes,
+                           gather=self.W > 1)
+        if memory is not None:
+            memory["method"] = RunPeaks.METHOD
         # rebuilt layout when DDP rebuilt its buckets; otherwise (find_unused_parameters: no rebuild) the
         # initial layout, in reverse registration order
         sizes = parse_list(logd.get("rebuilt_bucket_sizes"))
@@ -356,6 +366,7 @@ class Runner:
             "per_bucket_samples": ([[list(r) for r in st_] for st_ in self.timer.steps]
                                    if self.timer is not None else None),
             "n_params": len(self.order), "param_bytes": sum(p.numel() * p.element_size() for _, p in self.order),
+            "memory": memory,
         }
 
     def close(self):

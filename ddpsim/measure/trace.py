@@ -25,6 +25,7 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from .memory import PeakTracker, profile_memory
 from .models import ModelArgError, ddp_param_order, resolve
 
 CAPTURE_KEY = "ddpsim_capture"  # read by ddpsim.workload.trace
@@ -116,19 +117,27 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
     # the profiler lengthens every op on the host: a launch-bound step runs slower traced than not. The same
     # steps timed without it let the reader scale the traced times back (ddpsim.workload.trace)
     plain_s = []
+    peaks = PeakTracker(device)  # the peak memory of the unprofiled steps (the profiler holds its own buffers)
     for _ in range(max(steps, unprofiled_steps)):
         sync()
+        peaks.begin()
         t0 = time.perf_counter()
         train_step()
         sync()
         plain_s.append(time.perf_counter() - t0)
+        peaks.end()
     meta["unprofiled_step_s"] = sorted(plain_s)[len(plain_s) // 2]
     meta["unprofiled_steps"] = len(plain_s)
+    # the states, and the activations of one more step, counted on the model itself (inside DDP: its module)
+    inner = model.module if hasattr(model, "module") else model
+    meta["memory"] = profile_memory(peaks, inner, opt, lambda: spec.loss(model, batch), spec.optimizer,
+                                    spec.precision, spec.batch_size)
     with profile(activities=activities, record_shapes=True, on_trace_ready=ready,
                  schedule=schedule(wait=0, warmup=1, active=steps, repeat=1)) as prof:
         for i in range(1 + steps):
             if i == 1:  # metadata is kept only while the profiler records
                 prof.add_metadata_json(CAPTURE_KEY, json.dumps(meta))
+                prof.add_metadata_json("memory", json.dumps(meta["memory"]))  # the record contract's top level
             train_step()
             prof.step()
     sync()
