@@ -146,3 +146,49 @@ def test_bf16_parameters_asked_for_a_batchnorm_model_are_refused_in_one_line():
     with pytest.raises(ValueError, match="running_mean.*--param-dtypes auto or fp32"):
         fsdp.refuse_cast_buffers(spec, _bn_net(), "bf16")
     fsdp.refuse_cast_buffers(spec, _bn_net(), "fp32")
+
+
+class _FakeAllocator:
+    """torch.cuda's allocator counters, driven by hand: what RunPeaks reads."""
+
+    def __init__(self):
+        self.allocated = 0
+        self.peak = 0
+        self.reserved = 0
+
+    def alloc(self, n):
+        self.allocated += n
+        self.peak = max(self.peak, self.allocated)
+        self.reserved = max(self.reserved, self.allocated)
+
+    def install(self, monkeypatch):
+        cuda = torch.cuda
+        monkeypatch.setattr(cuda, "memory_allocated", lambda device=None: self.allocated)
+        monkeypatch.setattr(cuda, "max_memory_allocated", lambda device=None: self.peak)
+        monkeypatch.setattr(cuda, "max_memory_reserved", lambda device=None: self.reserved)
+        monkeypatch.setattr(cuda, "reset_peak_memory_stats", lambda device=None: setattr(self, "peak", self.allocated))
+        monkeypatch.setattr(cuda, "synchronize", lambda device=None: None)
+
+
+def test_a_ddp_runs_peak_is_its_own_resident_bytes_plus_its_rounds_rise(monkeypatch):
+    # two configurations alive at once, as run_interleaved keeps them: each run's peak is what it would reach alone
+    fake = _FakeAllocator()
+    fake.install(monkeypatch)
+    device = torch.device("cuda", 0)
+    first = memory.RunPeaks(device)
+    fake.alloc(1000)  # the first configuration's model, gradients, optimizer states, buckets, batch
+    first.built()
+    second = memory.RunPeaks(device)
+    fake.alloc(300)
+    second.built()
+    first.begin()
+    fake.alloc(500)  # the first's activations, freed by the end of its step
+    fake.allocated -= 500
+    first.end()
+    second.begin()
+    fake.alloc(200)
+    fake.allocated -= 200
+    second.end()
+    assert (first.resident_bytes, second.resident_bytes) == (1000, 300)
+    assert (first.peak_allocated_bytes, second.peak_allocated_bytes) == (1500, 500)
+    assert second.peak_reserved_bytes == 1800  # the process's: the allocator's segments are shared

@@ -158,6 +158,9 @@ class PeakTracker:
 
     def begin(self) -> None:
         if self.cuda:
+            # resetting a device whose allocator no tensor has touched yet fails ("Invalid device argument")
+            if torch.cuda.memory_allocated(self.device) == 0:
+                torch.zeros(1, device=self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
 
     def end(self) -> None:

@@ -253,6 +253,8 @@ def run_peak(out: str, gpus: list[str], limit_s: float) -> list[str]:
     from .memory import PeakTracker, run_peaks
 
     device = torch.device("cuda:0")
+    torch.cuda.set_device(device)
+    torch.zeros(1, device=device)  # the allocator of a device no tensor touched yet has no statistics to reset
     tracker = PeakTracker(device)
     size = 64 << 20
     with tracker.step():
