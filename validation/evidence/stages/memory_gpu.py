@@ -9,6 +9,7 @@ tensors, CPU) through ddpsim's memory model; nothing was fitted to these runs: e
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from typing import Any
@@ -19,6 +20,7 @@ from ddpsim.scenario.schema import WorkloadSpec
 from ddpsim.sharded.checkpointing import recomputed_layers
 from ddpsim.sharded.memory import Precision, memory_by_strategy
 from ddpsim.sharded.units import shard_units
+from ddpsim.workload.model import Workload
 from ddpsim.workload.resolve import load_workload
 from validation.evidence import ROOT
 
@@ -28,16 +30,21 @@ FACTORIES = {"decoder": ("torch:validation.campaigns.memory_models:build_decoder
 AC_EVERY = {"none": 0, "full": 1, "every_2": 2}
 
 
+@functools.lru_cache(maxsize=4)
+def _workload(name: str, batch_size: int) -> Workload:
+    """The model imported as a scenario's torch: workload (MemTracker runs once per model)."""
+    model, seq_len = FACTORIES[name]
+    spec = WorkloadSpec(model=model, batch_size=batch_size, precision="bf16-amp", seq_len=seq_len, optimizer="adamw")
+    return load_workload(spec, ROOT)
+
+
 def predictions() -> list[dict[str, Any]]:
     """One row per measured run: what was run, measured and predicted peak bytes, and the error."""
     with open(os.path.join(ROOT, DATA), encoding="utf-8") as handle:
         data = json.load(handle)
     runs = data["two_gpu"] + data["one_gpu"]
-    workloads = {}
-    for name, (model, seq_len) in FACTORIES.items():
-        batch = next(r["batch_size"] for r in runs if r["model"] == name)
-        spec = WorkloadSpec(model=model, batch_size=batch, precision="bf16-amp", seq_len=seq_len, optimizer="adamw")
-        workloads[name] = load_workload(spec, ROOT)
+    workloads = {name: _workload(name, next(r["batch_size"] for r in runs if r["model"] == name))
+                 for name in FACTORIES}
     rows = []
     for run in runs:
         workload = workloads[run["model"]]
@@ -62,10 +69,7 @@ def checkpointing_time() -> list[dict[str, Any]]:
     with open(os.path.join(ROOT, DATA), encoding="utf-8") as handle:
         data = json.load(handle)
     runs = [r for r in data["one_gpu"] if r["model"] == "decoder"]
-    model, seq_len = FACTORIES["decoder"]
-    spec = WorkloadSpec(model=model, batch_size=runs[0]["batch_size"], precision="bf16-amp", seq_len=seq_len,
-                        optimizer="adamw")
-    workload = load_workload(spec, ROOT)
+    workload = _workload("decoder", runs[0]["batch_size"])
     units = shard_units(workload)
     gpu = get_gpu("H200")
 
