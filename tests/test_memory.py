@@ -172,3 +172,13 @@ def test_ddpsim_validate_reads_a_runs_measured_peak_and_fails_beyond_tolerance()
     assert failures(105.0, 95.0) == []
     assert failures(130.0, 100.0, 100.0, 100.0)[0].startswith("peak memory: maximum error 30.0%")
     assert failures(115.0, 88.0)[0].startswith("peak memory: mean absolute error 13.5%")
+
+
+def test_tune_strategy_names_the_strategy_and_whether_checkpointing_is_needed():
+    from ddpsim.planning.strategy import advise_strategy
+
+    advice = advise_strategy(scenario_from_dict(_scenario(batch_size=8)))
+    assert advice.recommended is not None and advice.activation_checkpointing == "full"
+    assert "none fits without activation checkpointing" in advice.why
+    plain = advise_strategy(scenario_from_dict(_scenario(batch_size=1, seq_len=1024)))
+    assert plain.recommended is not None and plain.activation_checkpointing == "none"
