@@ -142,3 +142,44 @@ def test_one_factory_file_through_measure_the_trace_capture_and_a_scenario(facto
         assert result.memory_bytes["ddp_buckets"] == 4 * n_params, model
         record = json.loads(profile.read_text())
         assert sum(p["numel"] for p in record["params"]) == n_params
+
+
+TWO_INPUTS = '''
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Pair(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Embedding(100, 4)
+
+    def forward(self, dense, ids):
+        return self.a(dense) + self.b(ids).sum(1)
+
+
+def build():
+    def make_batch(batch_size, device, seed):
+        g = torch.Generator().manual_seed(seed)
+        dense = torch.randn(batch_size, 8, generator=g).to(device)
+        return dense, torch.randint(0, 100, (batch_size, 3), generator=g).to(device), torch.randn(batch_size, 4).to(device)
+
+    def loss_fn(model, batch):
+        dense, ids, target = batch
+        return F.mse_loss(model(dense, ids), target)
+
+    return Pair(), make_batch, loss_fn
+'''
+
+
+def test_a_factorys_loss_fn_gives_the_models_inputs(tmp_path, monkeypatch):
+    (tmp_path / "pair_net.py").write_text(TWO_INPUTS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("pair_net", None)
+    w = import_torch_model("pair_net:build", 16, "fp32")
+    assert w.n_params == 8 * 4 + 4 + 100 * 4
+    # the linear's forward: 2 x batch x in x out FLOPs, on the batch the loss function passed
+    assert sum(layer.forward_flops for layer in w.layers if layer.name == "a") == 2 * 16 * 8 * 4
+    sys.modules.pop("pair_net", None)
