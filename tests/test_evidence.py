@@ -31,7 +31,7 @@ def test_accuracy_md_is_current():
 
 # stages that take about a second each: recomputed here from validation/data and the committed calibrations
 @pytest.mark.parametrize("name", ["heldout-mlp-wide", "heldout-h200x4-d", "uncalibrated-d", "find-unused-traces",
-                                  "multinode-noise"])
+                                  "multinode-noise", "memory-published"])
 def test_small_stage_reproduces_its_committed_output(name, monkeypatch):
     monkeypatch.chdir(ROOT)  # reports name their data by repository-relative path
     spec = MANIFEST["stages"][name]

@@ -53,7 +53,7 @@ def sweep_dir(tmp_path_factory):
 
 def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--json", "--set", "cluster.inter_node.latency=7us"))
-    assert data["kind"] == "run-result" and data["schema_version"] == 2
+    assert data["kind"] == "run-result" and data["schema_version"] == 3
     # pyproject's version, which the package's __version__ repeats
     assert data["ddpsim_version"] == ddpsim.__version__
     scenario = data["resolved_scenario"]
@@ -64,6 +64,7 @@ def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
     assert scenario["cluster"]["inter_node"]["latency_s"] == pytest.approx(7e-6)
     assert scenario["overheads"]["bucket_launch_s"] == pytest.approx(40e-6)  # OverheadSpec's documented default
     assert scenario["workload"] == {"model": "resnet50", "batch_size": 64, "precision": "fp32", "seq_len": None,
+                                    "optimizer": "auto", "activation_checkpointing": "none",
                                     "compute_efficiency": None}
     # value_sources: keys name inputs; a value never hides in a key
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", key) for key in data["value_sources"])
@@ -263,15 +264,15 @@ def _fields(node, where=""):
 # removed or renamed: move that kind's schema_version, say what changed in docs/reference.md ("Output
 # contracts"), then update its line.
 FIELDS_AT_VERSION = {
-    "run-result": (2, "7ea7133007d7"),
-    "sweep": (1, "91e089923235"),
-    "sweep-point": (1, "39539896b787"),
-    "scale": (1, "3a014881e068"),
-    "variability": (1, "815bac9dcabf"),
-    "tune-buckets": (1, "2c766b116c5d"),
-    "tune-strategy": (1, "fdeb751e1ba2"),
+    "run-result": (3, "dd91a7b3d200"),
+    "sweep": (2, "91e089923235"),
+    "sweep-point": (2, "39539896b787"),
+    "scale": (2, "3a014881e068"),
+    "variability": (2, "815bac9dcabf"),
+    "tune-buckets": (2, "2c766b116c5d"),
+    "tune-strategy": (2, "83c1a8b7dced"),
     "validate-fsdp": (1, "a031467bad5b"),
-    "validation": (1, "86571fddc787"),
+    "validation": (2, "bddfa1da253f"),
     "calibration": (2, "193d13fd53db"),
     "measure": (1, "ffdbbade2d06"),
 }

@@ -107,3 +107,27 @@ def test_a_profile_beside_the_records_times_the_step_and_the_structure_gives_the
     assert rows[0].predicted_peak_bytes == pytest.approx(structural.memory_bytes["total"])
     assert profiled.step_time_s != pytest.approx(structural.step_time_s)  # the profile did change the compute
     assert rows[0].compute_from.startswith("profile:") and rows[1].compute_from.startswith("estimated from")
+
+
+def test_the_record_contracts_memory_object_and_optimizer_are_read_and_the_peak_tolerance_fails(tmp_path):
+    contract = {"peak_allocated_bytes": 6e9, "peak_reserved_bytes": 7e9,
+                "per_rank": [{"peak_allocated_bytes": 6e9}, {"peak_allocated_bytes": 6.5e9}]}
+    run = _run(memory=contract, optimizer="sgd")
+    del run["peak_memory_bytes"], run["peak_memory_bytes_per_rank"]
+    _write(tmp_path / "fsdp_runs.jsonl", [run])
+    rows = compare_fsdp_runs(read_fsdp_runs(str(tmp_path)))
+    by_hand = scenario_from_dict({
+        "workload": {"model": "gpt2-124m", "batch_size": 8, "precision": "bf16-amp", "seq_len": 512,
+                     "optimizer": "sgd_momentum"},
+        "cluster": {"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 2, "intra_node": {"type": "nvswitch"}},
+        "parallel": {"strategy": "zero3", "param_dtype": "bf16", "reduce_dtype": "fp32"},
+        "simulation": {"mode": "fast"}})
+    predicted = simulate(by_hand).memory_bytes["total"]
+    assert rows[0].measured_peak_bytes == 6.5e9  # the largest rank's
+    assert rows[0].predicted_peak_bytes == pytest.approx(predicted)
+    error = abs(predicted / 6.5e9 - 1) * 100
+    cmd = [sys.executable, "-m", "ddpsim", "validate-fsdp", str(tmp_path)]
+    loose = subprocess.run(cmd + ["--max-peak-error", f"{error + 1:.3f}"], capture_output=True, text=True)
+    tight = subprocess.run(cmd + ["--max-peak-error", f"{max(error - 1, 0):.3f}"], capture_output=True, text=True)
+    assert loose.returncode == 0, loose.stdout + loose.stderr
+    assert tight.returncode == 1 and "peak memory error" in tight.stdout

@@ -13,7 +13,14 @@ import os
 import sys
 from typing import Any
 
-from ddpsim.cli.args import add_command, add_scenario_args, finite_float, print_json, write_json
+from ddpsim.cli.args import (
+    add_command,
+    add_scenario_args,
+    finite_float,
+    nonnegative_float,
+    print_json,
+    write_json,
+)
 from ddpsim.errors import ScenarioError
 from ddpsim.scenario.schema import DDPSpec, field_specs
 from ddpsim.schemas import document
@@ -95,6 +102,8 @@ def register(subparsers: Any) -> None:
     check.add_argument("runs", help="fsdp_runs.jsonl from python -m ddpsim.measure.fsdp, or its folder")
     check.add_argument("--calibration", metavar="FILE", help="a calibration fitted on other runs (none: defaults)")
     check.add_argument("--json", action="store_true", help="print one JSON object on stdout, nothing else")
+    check.add_argument("--max-peak-error", type=nonnegative_float, default=25.0, metavar="PCT",
+                       help="exit 1 where a run's predicted peak memory is off by more (default 25)")
     check.set_defaults(handler=cmd_validate_fsdp)
 
     scale = add_command(subparsers, "scale", "step time, efficiency and cost vs node count", (
@@ -255,6 +264,14 @@ def cmd_validate_fsdp(args: argparse.Namespace) -> int:
     # where each run's compute came from: a measured profile, or an estimate the user should know about
     for source in sorted({r.compute_from for r in rows}):
         print(f"compute of {sum(r.compute_from == source for r in rows)} runs: {source}")
+    peaks = [abs(r.peak_error) for r in rows if r.peak_error is not None]
+    if peaks:
+        mean, worst = 100 * sum(peaks) / len(peaks), 100 * max(peaks)
+        print(f"peak memory: mean |error| {mean:.1f}%, max {worst:.1f}% over {len(peaks)} runs "
+              f"(tolerance --max-peak-error {args.max_peak_error:g}%)")
+        if worst > args.max_peak_error:
+            print(f"FAILED: a peak memory error of {worst:.1f}% > {args.max_peak_error:g}%")
+            return 1
     return 0
 
 

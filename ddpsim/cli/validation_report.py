@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ddpsim.fitting.measured_scenarios import JITTER_STEPS
-from ddpsim.fitting.validate import RunRow, Validation, launch_spread_pct, option_effects
+from ddpsim.fitting.validate import RunRow, Validation, launch_spread_pct, option_effects, peak_summary
 from ddpsim.report.tables import table
 
 
@@ -94,6 +94,8 @@ def validation_text(v: Validation, markdown: bool = False) -> str:
     if levels:
         lines.append("measured steps normalised by launch level (reference configuration): "
                      + ", ".join(f"{launch} /{level:.3f}" for launch, level in levels))
+    if peak_summary(v):
+        lines.append(peak_summary(v))
     lines.append("measured on: " + "; ".join(v.fingerprints))
     lines.append("PASSED" if v.passed else "FAILED: " + "; ".join(v.failures))
     return "\n".join(lines)

@@ -17,11 +17,13 @@ from ddpsim.calibration.file import Calibration
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.measured_scenarios import catalog_gpu, nvls_of_run
 from ddpsim.fitting.measurements import read_jsonl
+from ddpsim.fitting.validate import measured_peak_bytes
 from ddpsim.jsonfile import read_json_object
 from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.link_kinds import intra_type_of_class
 from ddpsim.scenario.schema import Scenario
 from ddpsim.simulation import simulate
+from ddpsim.workload.profile_memory import optimizer_name
 from ddpsim.workload.zoo import ZOO_NAMES
 
 SCHEMA = "ddpsim.fsdp_run/1"
@@ -142,6 +144,8 @@ def fsdp_run_scenario(run: dict[str, Any], calibration: Calibration | None = Non
     profile = measured_profile(run) if use_profile else None
     workload: dict[str, Any] = {"model": f"profile:{profile}" if profile else _model(run), "batch_size": int(run["batch_size"]),
                                 "precision": _PRECISION_WORDS.get(str(run.get("precision", "fp32")), "fp32")}
+    if run.get("optimizer"):  # the harness's sgd trains with momentum 0.9
+        workload["optimizer"] = optimizer_name(str(run["optimizer"]))
     if run.get("seq_len"):
         workload["seq_len"] = int(run["seq_len"])
     data = {"workload": workload, "cluster": cluster, "parallel": parallel, "simulation": {"mode": "fast"}}
@@ -160,11 +164,16 @@ def compare_fsdp_runs(runs: list[dict[str, Any]], calibration: Calibration | Non
     for run in runs:
         scenario = fsdp_run_scenario(run, calibration)
         result = simulate(scenario)
-        # memory from the model's own structure: a profile times the step but counts no activations
+        # memory from the model's own structure where the profile has no memory record (it times the step
+        # but then counts no activations); from the profile's measured memory where it has one
         profiled = scenario.workload.model.startswith("profile:")
-        structural = simulate(fsdp_run_scenario(run, calibration, use_profile=False)) if profiled else result
-        per_rank = run.get("peak_memory_bytes_per_rank") or []
-        peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
+        unknown = "activations NOT KNOWN" in result.value_sources.get("memory", "")
+        structural = simulate(fsdp_run_scenario(run, calibration, use_profile=False)) if profiled and unknown \
+            else result
+        peak = measured_peak_bytes(run)
+        if peak is None:  # the harness's first FSDP records: their own fields
+            per_rank = run.get("peak_memory_bytes_per_rank") or []
+            peak = max(per_rank) if per_rank else run.get("peak_memory_bytes")
         rows.append(FsdpComparison(run_label(run), str(run["strategy"]), float(run["step_s_median"]),
                                    result.step_time_s, float(peak) if peak else None,
                                    structural.memory_bytes["total"],

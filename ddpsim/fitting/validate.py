@@ -60,6 +60,16 @@ class RunRow:
     # the prediction's p10 / p90 from the calibration's measured noise (None: the calibration has none)
     predicted_p10_s: float | None = None
     predicted_p90_s: float | None = None
+    # peak memory per GPU: the record's measured max over ranks (its "memory" object; None: not measured)
+    # and the prediction's
+    measured_peak_bytes: float | None = None
+    predicted_peak_bytes: float | None = None
+
+    @property
+    def peak_error_pct(self) -> float | None:
+        if not self.measured_peak_bytes or self.predicted_peak_bytes is None:
+            return None
+        return (self.predicted_peak_bytes / self.measured_peak_bytes - 1) * 100
 
     @property
     def error_pct(self) -> float:
@@ -499,8 +509,22 @@ def _predict(
         host=host_of(run),
         uneven_shape=uneven_shape(run),
         fold=fold,
+        measured_peak_bytes=measured_peak_bytes(run),
+        predicted_peak_bytes=result.memory_bytes.get("total"),
     )
     return row, _layout_mismatch(run, prep)
+
+
+def measured_peak_bytes(run: dict[str, Any]) -> float | None:
+    """A run record's measured peak allocated memory, the max over ranks (the record contract's ``memory``
+    object; older records lack it)."""
+    memory = run.get("memory")
+    if not isinstance(memory, dict):
+        return None
+    peak = memory.get("peak_allocated_bytes")
+    per_rank = [r.get("peak_allocated_bytes") for r in memory.get("per_rank") or [] if isinstance(r, dict)]
+    values = [float(v) for v in (peak, *per_rank) if isinstance(v, int | float) and not isinstance(v, bool)]
+    return max(values) if values else None
 
 
 def _fingerprint(run: dict[str, Any]) -> str:
@@ -688,4 +712,25 @@ def _failures(v: Validation, max_mape: float, max_error: float, max_ar: float, m
             failures.append(f"bucket-cap recommendation within 5% of best in {100 * share:.0f}% of groups < {100 * min_share:.0f}%")
     if v.layout_mismatches:
         failures.append(f"{len(v.layout_mismatches)} predicted bucket layouts differ from the measured ones")
+    peaks = [abs(e) for e in (r.peak_error_pct for r in v.held_out()) if e is not None]
+    if peaks and sum(peaks) / len(peaks) > MAX_PEAK_MEAN_ERROR_PCT:
+        failures.append(f"peak memory: mean absolute error {sum(peaks) / len(peaks):.1f}% > {MAX_PEAK_MEAN_ERROR_PCT:g}%")
+    if peaks and max(peaks) > MAX_PEAK_ERROR_PCT:
+        failures.append(f"peak memory: maximum error {max(peaks):.1f}% > {MAX_PEAK_ERROR_PCT:g}%")
     return failures
+
+
+# peak memory per GPU of held-out runs that measured it (issue targets: 10% mean, 25% max)
+MAX_PEAK_MEAN_ERROR_PCT = 10.0
+MAX_PEAK_ERROR_PCT = 25.0
+
+
+def peak_summary(v: Validation) -> str:
+    """One line on predicted against measured peak memory of the held-out runs ("" where none measured it)."""
+    peaks = [r for r in v.held_out() if r.peak_error_pct is not None]
+    if not peaks:
+        return ""
+    errors = [abs(r.peak_error_pct or 0.0) for r in peaks]
+    return (f"peak memory per GPU: {len(peaks)} held-out runs measured it; mean |error| "
+            f"{sum(errors) / len(errors):.1f}%, max {max(errors):.1f}% (tolerance {MAX_PEAK_MEAN_ERROR_PCT:g}% mean, "
+            f"{MAX_PEAK_ERROR_PCT:g}% max)")

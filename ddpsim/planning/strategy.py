@@ -13,6 +13,7 @@ from typing import Any
 
 from ddpsim.results import Result
 from ddpsim.scenario.schema import STRATEGIES, Scenario
+from ddpsim.sharded.units import shard_units
 from ddpsim.simulation import prepare, simulate
 
 
@@ -32,10 +33,14 @@ class StrategyAdvice:
     options: list[StrategyOption]
     gpu_memory_bytes: float
     why: str
+    # the activation checkpointing the options were simulated with: the scenario's, or "full" where no
+    # strategy fits without it
+    activation_checkpointing: str = "none"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"recommended": self.recommended, "why": self.why, "gpu_memory_bytes": self.gpu_memory_bytes,
-                "options": [vars(o) for o in self.options]}
+        return {"recommended": self.recommended, "why": self.why,
+                "activation_checkpointing": self.activation_checkpointing,
+                "gpu_memory_bytes": self.gpu_memory_bytes, "options": [vars(o) for o in self.options]}
 
 
 def _option(result: Result) -> StrategyOption:
@@ -52,11 +57,21 @@ def advise_strategy(scenario: Scenario, strategies: tuple[str, ...] = STRATEGIES
                for s in strategies]
     fitting = [o for o in options if o.fits]
     gpu = prepared.gpu
+    checkpointing = scenario.workload.activation_checkpointing
     if not fitting:
         least = min(options, key=lambda o: o.memory_bytes)
-        return StrategyAdvice(None, options, gpu.memory_bytes,
-                              f"none fits in {gpu.memory_bytes / 2**30:.0f} GiB; the least is {least.strategy} at "
-                              f"{least.memory_bytes / 2**30:.1f} GiB per GPU")
+        why = (f"none fits in {gpu.memory_bytes / 2**30:.0f} GiB; the least is {least.strategy} at "
+               f"{least.memory_bytes / 2**30:.1f} GiB per GPU")
+        if checkpointing != "full" and _has_blocks(prepared):
+            # whether activation checkpointing of every block makes one fit, and which is then fastest
+            full = advise_strategy(replace(scenario, workload=replace(scenario.workload,
+                                                                      activation_checkpointing="full")), strategies)
+            if full.recommended is not None:
+                return replace(full, why=f"none fits without activation checkpointing ({why}); with full "
+                                         f"activation checkpointing (workload.activation_checkpointing: full): "
+                                         f"{full.why}")
+            why += "; none fits with full activation checkpointing either"
+        return StrategyAdvice(None, options, gpu.memory_bytes, why, checkpointing)
     best = min(fitting, key=lambda o: o.step_time_s)
     others = [o for o in fitting if o is not best]
     why = f"{best.strategy} is the fastest that fits: {best.step_time_s * 1e3:.1f} ms per step, " \
@@ -71,4 +86,8 @@ def advise_strategy(scenario: Scenario, strategies: tuple[str, ...] = STRATEGIES
     if ddp is not None and best.strategy in ("zero2", "zero3"):
         why += (". Caution: FSDP2's host work per unit is not modelled and no FSDP run has been checked against "
                 "this prediction yet (a launch-bound model can lose what the sharded optimizer saves)")
-    return StrategyAdvice(best.strategy, options, gpu.memory_bytes, why)
+    return StrategyAdvice(best.strategy, options, gpu.memory_bytes, why, checkpointing)
+
+
+def _has_blocks(prepared: Any) -> bool:
+    return any(not u.is_root for u in shard_units(prepared.workload, prepared.scenario.parallel.unit))

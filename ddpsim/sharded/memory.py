@@ -101,16 +101,18 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
     autocast_copies = 2.0 * n_params if precision.param_dtype == "fp32" and amp else 0.0
     peak = workload.peak_memory
     if peak is not None:
-        # the world-size-1 step's parts, sharded; its "other" held autocast's 16-bit weight copies, which
-        # FSDP2's all-gathered param_dtype parameters replace when that is 16-bit
+        # the world-size-1 step's parts, sharded. Its activations hold autocast's 16-bit weight copies (made in
+        # forward and saved for backward, as MemTracker and saved_tensors_hooks both see them), which FSDP2's
+        # all-gathered param_dtype parameters replace when that is 16-bit.
         memory = {
             "parameters": replicated["parameters"] / n,
             "gradients": replicated["gradients"] / n,
             "optimizer_states": replicated["optimizer_states"] / n,
             "unsharded_params": unsharded_params,
             "unsharded_grads": unsharded_grads,
-            "activations": replicated["activations"],
-            "other": max(replicated["other"] - (2.0 * n_params if amp and not autocast_copies else 0.0), 0.0),
+            "activations": max(replicated["activations"] - (2.0 * n_params if amp and not autocast_copies else 0.0),
+                               0.0),
+            "other": replicated["other"],
         }
     else:
         memory = {

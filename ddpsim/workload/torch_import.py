@@ -436,8 +436,9 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     try:
         with torch.device("meta"):
             model = factory()
-            batch_of = None
+            batch_of = loss_of = None
             if isinstance(model, tuple | list) and len(model) in (2, 3) and isinstance(model[0], torch.nn.Module):
+                loss_of = model[2] if len(model) > 2 else None
                 model, batch_of = model[0], model[1]
     except Exception as err:
         hint = ("; name a Hugging Face model by its config or class instead: hf:GPT2Config, hf:GPT2LMHeadModel"
@@ -448,7 +449,7 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         raise ScenarioError(f"{spec}() returned {type(model).__name__}, expected a torch.nn.Module", field=FIELD)
     inputs: tuple[tuple[Any, ...], dict[str, Any]] | None
     if batch_of is not None:
-        inputs, source = _batch_input(torch, batch_of, batch_size, spec)
+        inputs, source = _batch_input(torch, model, batch_of, loss_of, batch_size, spec)
     else:
         inputs, source = _example_input(torch, model, py_module, batch_size, seq_len)
     hint = f"give the module or {spec.partition(':')[0]} an example_input(batch_size, seq_len) function"
@@ -468,10 +469,16 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer)
 
 
-def _batch_input(torch: Any, make_batch: Any, batch_size: int,
+class _InputsSeen(Exception):
+    """Raised by the pre-forward hook once the loss function has called the model: its inputs are known."""
+
+
+def _batch_input(torch: Any, model: Any, make_batch: Any, loss_fn: Any, batch_size: int,
                  spec: str) -> tuple[tuple[tuple[Any, ...], dict[str, Any]], str]:
-    """The model's input from a factory's ``make_batch`` on the meta device, read as ``ddpsim measure``'s
-    default loss reads a batch: ``(x, y)`` -> ``model(x)``, a dict -> keywords, else the batch itself."""
+    """The model's input from a factory's ``make_batch`` on the meta device: what its ``loss_fn`` passes to the
+    model where it has one (caught by a pre-forward hook, the loss itself never computed), else read as
+    ``ddpsim measure``'s default loss reads a batch: ``(x, y)`` -> ``model(x)``, a dict -> keywords, else the
+    batch itself."""
     try:
         with torch.device("meta"):
             batch = make_batch(batch_size, torch.device("meta"), 0)
@@ -479,6 +486,26 @@ def _batch_input(torch: Any, make_batch: Any, batch_size: int,
         raise ScenarioError(f"{spec}: make_batch({batch_size}, 'meta', 0) failed: {type(err).__name__}: "
                             f"{_first_line(err)}", field=FIELD) from None
     source = f"the batch make_batch({batch_size}, ...) returned"
+    if loss_fn is not None:
+        seen: list[tuple[tuple[Any, ...], dict[str, Any]]] = []
+
+        def hook(_module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            seen.append((tuple(args), dict(kwargs)))
+            raise _InputsSeen
+
+        handle = model.register_forward_pre_hook(hook, with_kwargs=True)
+        try:
+            with torch.device("meta"):
+                loss_fn(model, batch)
+        except _InputsSeen:
+            pass
+        except Exception as err:
+            raise ScenarioError(f"{spec}: its loss_fn failed before calling the model on the meta device: "
+                                f"{type(err).__name__}: {_first_line(err)}", field=FIELD) from None
+        finally:
+            handle.remove()
+        if seen:
+            return seen[0], f"the inputs its loss_fn gives the model on make_batch({batch_size}, ...)"
     if isinstance(batch, dict):
         return ((), batch), source
     if isinstance(batch, tuple | list) and len(batch) == 2:

@@ -30,10 +30,10 @@ from dataclasses import replace
 from ddpsim.errors import ScenarioError
 from ddpsim.workload.model import Layer, ParamTensor, Workload
 
-ZOO_NAMES: tuple[str, ...] = ("resnet50", "gpt2-124m", "bert-large", "llama-7b", "mlp", "mlp-heavy")
-LANGUAGE_MODELS: frozenset[str] = frozenset({"gpt2-124m", "bert-large", "llama-7b"})
+ZOO_NAMES: tuple[str, ...] = ("resnet50", "gpt2-124m", "bert-large", "llama-7b", "llama3-8b", "mlp", "mlp-heavy")
+LANGUAGE_MODELS: frozenset[str] = frozenset({"gpt2-124m", "bert-large", "llama-7b", "llama3-8b"})
 _ALIASES = {"gpt2": "gpt2-124m", "bert": "bert-large", "llama2-7b": "llama-7b", "resnet-50": "resnet50"}
-DEFAULT_SEQ_LEN: dict[str, int] = {"gpt2-124m": 1024, "bert-large": 512, "llama-7b": 2048}
+DEFAULT_SEQ_LEN: dict[str, int] = {"gpt2-124m": 1024, "bert-large": 512, "llama-7b": 2048, "llama3-8b": 8192}
 # Element size of activations and matmul operands: autocast runs matmuls in 16 bits while
 # parameters and gradients stay fp32 (PyTorch AMP), so ParamTensor.dtype is always float32.
 ACTIVATION_BYTES = {"fp32": 4, "bf16-amp": 2, "fp16-amp": 2}
@@ -295,8 +295,9 @@ def _bert_large(b: _Builder, seq: int, n_layer: int = 24, d: int = 1024, ff: int
 
 
 def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int = 11008,
-              vocab: int = 32000) -> list[str]:
-    """HF LlamaForCausalLM (LLaMA-7B): no biases, RMSNorm weights, lm_head untied.
+              vocab: int = 32000, kv: int | None = None) -> list[str]:
+    """HF LlamaForCausalLM (LLaMA-7B; Llama 3 8B with ``ff`` 14336, ``vocab`` 128256 and grouped-query
+    attention: ``kv`` = 8 key/value heads of 128 = 1024): no biases, RMSNorm weights, lm_head untied.
     Registered per decoder layer: self_attn (q, k, v, o), mlp (gate, up, down), input_layernorm,
     post_attention_layernorm; executed with the norms first."""
     bt = b.batch * seq
@@ -307,7 +308,7 @@ def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int =
         # HF's eager RMSNorm: cast to fp32, pow, mean, rsqrt, mul, cast, mul: ~6 kernels.
         _norm(b, f"{p}.input_layernorm", bt, d, bias=False, kernels=6)
         for proj in ("q_proj", "k_proj", "v_proj"):
-            _linear(b, f"{p}.self_attn.{proj}", bt, d, d, bias=False)
+            _linear(b, f"{p}.self_attn.{proj}", bt, d, d if proj == "q_proj" or kv is None else kv, bias=False)
         # rotary embedding on q and k (~10 elementwise kernels) + SDPA
         _attention_core(b, f"{p}.self_attn.core", b.batch, seq, d, kernels=12)
         _linear(b, f"{p}.self_attn.o_proj", bt, d, d, bias=False, extra_out_passes=3, extra_kernels=1)
@@ -398,6 +399,9 @@ def zoo_workload(name: str, batch_size: int, precision: str, seq_len: int | None
     elif key == "llama-7b":
         assert seq is not None
         registration = _llama_7b(b, seq)
+    elif key == "llama3-8b":
+        assert seq is not None
+        registration = _llama_7b(b, seq, ff=14336, vocab=128256, kv=1024)
     else:
         _mlp(b, 4 if key == "mlp" else 8, 4096, batch_size * (seq or 1))
     workload = b.build(key, precision, seq, registration)
