@@ -8,6 +8,8 @@ that holds only those; the other plain runs are predicted.
   plan now does: the user's models at cap 25).
 - ``other models`` (MW, MW2): the probe's runs are the cap-25 runs of the two other models; predicted: every
   cap of the third (a reference model's level carried to a model the probe never ran).
+- ``own model`` (MW, MW2): one level per model, from its own cap-25 run; predicted: its caps 5 and 50 (what a
+  calibration that kept a level per model would do; the file keeps one per class today).
 
 Unlike PL (stage heldout-pl), the emulated probe's runs come from the same launch as the predicted runs, with
 30 steps a round instead of 10: the launch-to-launch spread of the step (about 6 to 8% on these links) is not
@@ -96,6 +98,10 @@ def probe_level_retro() -> str:
         if len(models) > 1:
             splits += [("other models", lambda r, m=m: r["model"] != m and float(r["bucket_cap_mb"]) == PROBE_CAP_MB,
                         lambda r, m=m: r["model"] == m) for m in models]
+            # one level per model (what a calibration keyed by model would hold): its cap-25 run alone
+            splits += [("own model", lambda r, m=m: r["model"] == m and float(r["bucket_cap_mb"]) == PROBE_CAP_MB,
+                        lambda r, m=m: r["model"] == m and float(r["bucket_cap_mb"]) != PROBE_CAP_MB)
+                       for m in models]
         for split, keep, predict in splits:
             for link_class, cells in _predict(folder, base, keep, predict):
                 for mode, row in cells.items():
