@@ -18,7 +18,16 @@ def test_recentre_takes_the_probe_sweeps_and_keeps_the_pooled_overheads(tmp_path
     assert main(["calibrate", PROBE, "--recentre", POOLED, "--out", str(out)]) == 0
     written, pooled = json.loads(out.read_text()), json.loads(open(POOLED).read())
     assert written["probed_from"]["folders"] == ["h200x2-measure-2026-11-27b"]
-    assert written["overheads"] == pooled["overheads"]  # no DDP run of the probe was read
+    # the folder's plain DDP runs set one overhead level per class (issue #39): the host times scale by it,
+    # the other terms stay the pooled ones
+    levels = {x["overhead_class"]: x["level"] for x in written["probed_from"]["overheads"]}
+    assert set(levels) == {"nvlink", "shm", "socket"}
+    for link_class, level in levels.items():
+        entry, base = (d["overheads"][link_class] for d in (written, pooled))
+        scaled, before = entry["by_world_size"]["2"], (base.get("by_world_size") or {}).get("2", base)
+        assert scaled["bucket_cpu_s"] == pytest.approx(before["bucket_cpu_s"] * level)
+        assert scaled["comm_slowdown"] == before["comm_slowdown"] and scaled["buffer_sync_s"] == before["buffer_sync_s"]
+    assert written["overheads"]["net"] == pooled["overheads"]["net"]  # no run across nodes in the folder
     assert written["link_classes"]["socket"] != pooled["link_classes"]["socket"]
     read_calibration(str(out))  # what was written reads back
     assert "net: not in the probe" in capsys.readouterr().err

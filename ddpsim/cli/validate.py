@@ -171,7 +171,8 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 
 
 def _recentre(args: argparse.Namespace) -> int:
-    """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps; no DDP run read)."""
+    """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps, and the level of the
+    DDP overheads where the probe ran DDP steps)."""
     from ddpsim.calibration.file import calibration_from_dict
     from ddpsim.fitting.pool import probe_calibration
     from ddpsim.jsonfile import non_finite_field, read_json_object
@@ -181,8 +182,8 @@ def _recentre(args: argparse.Namespace) -> int:
     for option, on in (("--calibration-caps", args.calibration_caps is not None), ("--links-only", args.links_only),
                        ("--nccl-tests", bool(args.nccl_tests)), ("--noise-from", bool(args.noise_from))):
         if on:
-            raise ScenarioError("--recentre keeps the pooled fit's overheads and noise and takes only the probe's "
-                                "sweeps: drop it", field=option)
+            raise ScenarioError("--recentre keeps the pooled fit's noise and terms and takes the probe's sweeps and "
+                                "the level of its DDP steps: drop it", field=option)
     if not args.data_dir:
         raise ScenarioError("--recentre needs DATA_DIR, the probe of the allocation (ddpsim measure --plan probe)",
                             field="data_dir")
@@ -204,6 +205,10 @@ def _recentre(args: argparse.Namespace) -> int:
         return 0
     probed = data.get("probed_from", {}).get("parts", [])
     print(f"re-centred {args.recentre} on the probe {args.data_dir}: {', '.join(probed) or 'nothing'}")
+    for level in data.get("probed_from", {}).get("overheads", []):
+        print(f"  overheads {level['overhead_class']} at {level['world_size']} GPUs x {level['level']:.3f} from "
+              f"{level['runs']} DDP run(s) of the probe" + (" (clipped at its range or the terms' floors: "
+              f"the probe's runs stay {100 * math.expm1(-level['log_error_after']):+.1f}% off)" if level["clipped"] else ""))
     print(f"\nwrote {args.out}")
     return 0
 

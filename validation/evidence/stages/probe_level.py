@@ -48,7 +48,7 @@ def _group(run: dict[str, Any]) -> str:
     return str(run["transport"])
 
 
-def _line(group: str, mode: str, rows: Sequence[tuple[float, float, float | None, float | None]]) -> str:
+def line(group: str, mode: str, rows: Sequence[tuple[float, float, float | None, float | None]]) -> str:
     errors = [100.0 * (p / m - 1.0) for m, p, _, _ in rows]
     inside = sum(1 for m, _, lo, hi in rows if lo is not None and hi is not None and lo <= m <= hi)
     mean_abs = sum(abs(e) for e in errors) / len(errors)
@@ -76,7 +76,7 @@ def heldout_pl() -> str:
              f"Data: `{HELDOUT}` (held out: no fit saw it), probe `{PROBE}`, pooled `{BASE}`.", "",
              "| group | prediction | runs | mean abs error % | bias % | max % | inside p10..p90 |",
              "|---|---|---|---|---|---|---|"]
-    lines += [_line(group, mode, rows) for (group, mode), rows in table.items()]
+    lines += [line(group, mode, rows) for (group, mode), rows in table.items()]
     lines += ["", "| group | model | cap MB | measured ms | " + " | ".join(calibrations) + " |",
               "|---|---|---|---|" + "---|" * len(calibrations)] + detail
     levels = _calibrations()["links + overheads"]["probed_from"].get("overheads") or []
