@@ -149,11 +149,21 @@ def _measured_curves(scenario: Scenario, over_world: bool, sources: dict[str, st
 
 def _check(scenario: Scenario) -> None:
     sim = scenario.simulation
+    strategy = scenario.parallel.strategy
+    if scenario.ddp.grad_accumulation_steps > 1:
+        # FSDP2 supports it (pytorch/pytorch#126166 states both flavours); ddpsim's sharded step has one
+        # backward, and the two flavours differ in both time and memory: say which is which, and what to run
+        raise ScenarioError(
+            f"gradient accumulation is not simulated with parallel.strategy {strategy}, though FSDP2 supports it "
+            "two ways: by default every micro-batch's backward reduce-scatters its gradients (each micro-step is "
+            "one simulated step less the optimizer; sharded gradients), and with "
+            "module.set_requires_gradient_sync(is_last_microbatch) only the last one does (the others keep "
+            "unsharded gradients, more memory); simulate one micro-step with grad_accumulation_steps 1, or use "
+            "parallel.strategy ddp or zero1, which model it", file=scenario.source, field="ddp.grad_accumulation_steps")
     for name, on in (("simulation.jitter_cv", sim.jitter_cv > 0), ("simulation.jitter_from_profile",
-                     sim.jitter_from_profile), ("simulation.straggler_rank", sim.straggler_rank is not None),
-                     ("ddp.grad_accumulation_steps", scenario.ddp.grad_accumulation_steps > 1)):
+                     sim.jitter_from_profile), ("simulation.straggler_rank", sim.straggler_rank is not None)):
         if on:
-            raise ScenarioError(f"is not simulated with parallel.strategy {scenario.parallel.strategy} (ddp only)",
+            raise ScenarioError(f"is not simulated with parallel.strategy {strategy} (ddp only)",
                                 file=scenario.source, field=name)
 
 

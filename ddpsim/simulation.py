@@ -398,7 +398,8 @@ def simulate(scenario: Scenario | Prepared, progress: TextIO | None = None) -> R
     prep = scenario if isinstance(scenario, Prepared) else prepare(scenario)
     sc = prep.scenario
     if sc.parallel.strategy in ("zero2", "zero3"):
-        sources = {k: v for k, v in prep.sources.items() if not k.startswith("DDP's")}
+        # DDP's per-rank work (its reducer, hooks and bucket copies) is not in a sharded step
+        sources = {k: v for k, v in prep.sources.items() if not k.startswith("DDP's") and k != "ddp_per_rank_work"}
         return simulate_sharded(sc, prep.workload, prep.gpu, prep.compute, prep.collectives, sources,
                                 _copy_bandwidth_Bps(sc, prep.gpu))
     world = sc.cluster.world_size
@@ -671,3 +672,55 @@ def _interval(sc: Scenario, step_time_s: float) -> tuple[float | None, float | N
     p10_s, _, p90_s = interval
     parts = ", ".join(f"{name} {sigma:.3f}" for name, sigma in sc.calibration.interval_parts(noise_class))
     return p10_s, p90_s, {"step_time_spread": f"calibration {sc.calibration.source}: lognormal sigmas {parts}"}
+
+
+BOUND_MAX_GPUS = 1024  # the what-if below builds two more topologies: cheap up to here
+
+
+def communication_bound(prep: Prepared) -> str:
+    """``ddpsim run``'s "communication:" line, "" where it does not apply (not computed by every simulate(): a sweep or the
+    bucket advisor would pay three topologies per point). Which links bound the largest bucket's all-reduce, by pricing it again with twice the NIC bandwidth
+    and with twice the NVLink bandwidth: a 400G -> 800G what-if that changes nothing gets its reason (the
+    NVLS all-reduce of GPT-2 on 8 x 8 H100 is NVLink-bound). Multi-node alike nodes only."""
+    sc, model = prep.scenario, prep.collectives
+    cluster = sc.cluster
+    if (sc.parallel.strategy not in ("ddp", "zero1") or cluster.nodes < 2 or cluster.topology is not None or cluster.node_groups is not None or not prep.buckets
+            or cluster.world_size > BOUND_MAX_GPUS or sc.simulation.degraded_link_factor < 1.0
+            or cluster.intra_node.bandwidth_Bps is None):
+        return ""
+    nbytes = max(b.wire_bytes for b in prep.buckets)
+    spec_alg, spec_proto = sc.collective.algorithm, sc.collective.protocol
+
+    def priced(variant: Any) -> tuple[float, str]:
+        other = CollectiveModel(build_topology(variant), model.protocol_table, model.channels, nvls_of(variant))
+        alg, proto = other.choose(nbytes, spec_alg, spec_proto)
+        return other.allreduce_time_s(nbytes, alg, proto), alg
+
+    alg, proto = model.choose(nbytes, spec_alg, spec_proto)
+    base_s = model.allreduce_time_s(nbytes, alg, proto)
+    if base_s <= 0:
+        return ""
+    nic_s, nic_alg = priced(replace(cluster, inter_node=replace(
+        cluster.inter_node, nic_bandwidth_Bps=2 * cluster.inter_node.nic_bandwidth_Bps)))
+    nvlink_s, _ = priced(replace(cluster, intra_node=replace(
+        cluster.intra_node, bandwidth_Bps=2 * cluster.intra_node.bandwidth_Bps)))
+    both_s, _ = priced(replace(cluster, intra_node=replace(cluster.intra_node, bandwidth_Bps=2 * cluster.intra_node.bandwidth_Bps),
+                               inter_node=replace(cluster.inter_node, nic_bandwidth_Bps=2 * cluster.inter_node.nic_bandwidth_Bps)))
+    gain = {name: 1 - t / base_s for name, t in (("nic", nic_s), ("nvlink", nvlink_s), ("both", both_s))}
+    felt = 0.02  # below 2% shorter, doubling a bandwidth does not count as shortening the all-reduce
+    if gain["nic"] > felt and gain["nic"] >= gain["nvlink"]:
+        bound = "NIC-bound"
+    elif gain["nvlink"] > felt:
+        bound = "NVLink-bound; a faster network alone would not shorten it"
+    elif gain["both"] > felt:
+        bound = ("bound by NVLink and the NICs together (their hops take as long; a faster network alone would "
+                 "not shorten it)")
+    else:
+        bound = (f"bound by neither link's bandwidth but by the {alg} / {proto} price's own ceiling and latencies; "
+                 "a faster network would not shorten it")
+    text = (f"{bound}: the largest bucket's all-reduce ({nbytes / 1e6:.3g} MB, {alg} / {proto}) takes "
+            f"{base_s * 1e6:.0f} us; {nic_s * 1e6:.0f} us with 2x the NIC bandwidth"
+            f"{f' ({nic_alg})' if nic_alg != alg else ''}, {nvlink_s * 1e6:.0f} us with 2x the NVLink bandwidth, "
+            f"{both_s * 1e6:.0f} us with both")
+    return text
+

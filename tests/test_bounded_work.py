@@ -93,3 +93,21 @@ def test_a_long_simulation_prints_progress(tmp_path, monkeypatch):
     quiet = io.StringIO()
     simulation.simulate(load_scenario(str(path)), progress=quiet)
     assert quiet.getvalue() == ""
+
+
+def test_the_timeline_draws_one_collection_per_row_and_colour(tmp_path):
+    """quickstart's step has 4,400 intervals; one artist each took 30 s to draw. Now one collection per
+    (row, colour), with spans less than half a pixel apart joined (the picture is the same)."""
+    import os
+
+    from ddpsim.report.plots import _merged, timeline_png, timeline_ranks
+    from ddpsim.simulation import simulate
+
+    scenario = load_scenario(os.path.join(os.path.dirname(os.path.dirname(__file__)), "scenarios", "quickstart.yaml"))
+    result = simulate(scenario)
+    fig = timeline_png(result, str(tmp_path / "t.png"))
+    rows = 2 * len(timeline_ranks(result))
+    assert len(fig.axes[0].collections) <= rows * 6  # 4 compute colours, other, all-reduce
+    # back-to-back spans join, a gap of a pixel or more stays
+    assert _merged([(0.0, 1.0), (1.0, 1.0), (2.4, 1.0)], pixel=0.5) == [(0.0, 2.0), (2.4, 1.0)]
+    assert _merged([(2.0, 1.0), (0.0, 2.1)], pixel=0.5) == [(0.0, 3.0)]

@@ -28,16 +28,20 @@ def register(sub: Any) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.loader import load_scenario
     from ddpsim.report.tables import bucket_table, summary_table
-    from ddpsim.simulation import simulate
+    from ddpsim.simulation import communication_bound, prepare, simulate
 
-    result = simulate(load_scenario(args.scenario, args.overrides), progress=sys.stderr)
+    prepared = prepare(load_scenario(args.scenario, args.overrides))
+    result = simulate(prepared, progress=sys.stderr)
+    # which links bound the all-reduce: why a faster network changes nothing (a what-if's answer); a line
+    # of the report, not a field of result.json
+    bound = communication_bound(prepared)
     traces: list[str] = []
     if args.trace:
         from ddpsim.report.trace import write_trace
 
         traces = write_trace(result, args.trace)
     if args.out:
-        _write_run_dir(result, args.out)
+        _write_run_dir(result, args.out, bound)
     if args.json:
         print(result.to_json())
         return 0
@@ -46,6 +50,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(collective_table(result) if result.collectives else bucket_table(result))
     for warning in result.warnings:
         print(f"warning: {warning}")
+    if bound:
+        print(f"communication: {bound}")
     if args.out:
         print(f"\nwrote {os.path.join(args.out, 'result.json')}, timeline.png, summary.md")
     if traces and os.path.isdir(args.trace):
@@ -53,7 +59,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def collective_table(result: Result) -> str:
+def collective_table(result: Result, markdown: bool = False) -> str:
     """A sharded step's collectives by kind: how many, their bytes and their time (rank 0)."""
     from ddpsim.report.tables import format_bytes, format_time, table
 
@@ -64,10 +70,10 @@ def collective_table(result: Result) -> str:
         count_bytes_time[1] += c.bytes
         count_bytes_time[2] += c.end_s - c.start_s
     rows = [(kind, int(n), format_bytes(b), format_time(t)) for kind, (n, b, t) in kinds.items()]
-    return table(("collective", "calls", "bytes", "time"), rows, False)
+    return table(("collective", "calls", "bytes", "time"), rows, markdown)
 
 
-def _write_run_dir(result: Result, out: str) -> None:
+def _write_run_dir(result: Result, out: str, bound: str = "") -> None:
     from ddpsim.outdir import atomic_dir
     from ddpsim.report.plots import timeline_png
     from ddpsim.report.tables import bucket_table, summary_table
@@ -80,8 +86,10 @@ def _write_run_dir(result: Result, out: str) -> None:
         text = (
             f"# ddpsim: {result.model} on {result.world_size} x {result.gpu}\n\n"
             f"Scenario: `{result.scenario}`\n{warnings}\n## Summary\n\n{summary_table(result, markdown=True)}\n\n"
-            f"## Buckets (launch order)\n\n{bucket_table(result, markdown=True)}\n\n"
-            "![timeline](timeline.png)\n"
+            + (f"## Collectives (rank 0)\n\n{collective_table(result, markdown=True)}\n\n" if result.collectives else
+               f"## Buckets (launch order)\n\n{bucket_table(result, markdown=True)}\n\n")
+            + (f"Communication: {bound}\n\n" if bound else "")
+            + "![timeline](timeline.png)\n"
         )
         with open(os.path.join(staging, "summary.md"), "w", encoding="utf-8") as handle:
             handle.write(text)

@@ -38,7 +38,8 @@ def step_parts(result: Result) -> list[tuple[str, float]]:
         ("no_sync micro-steps", result.accumulation_s),
         ("forward", result.forward_s),
         ("backward (compute + copies)", result.backward_s),
-        ("wait for the last all-reduces", result.comm_wait_s),
+        ("wait for the last all-reduces" if result.strategy in ("ddp", "zero1") else "wait for the last collectives",
+         result.comm_wait_s),
         ("copy out of buckets", result.copy_out_s),
         ("optimizer", result.step_optimizer_s),
     ]
@@ -50,6 +51,25 @@ def step_parts(result: Result) -> list[tuple[str, float]]:
     return parts
 
 
+def _sharded(result: Result) -> bool:
+    """FSDP2's ZeRO-2/3 step: no DDP buckets, no all-reduce; its collectives are all-gathers and
+    reduce-scatters (``result.collectives``)."""
+    return result.strategy in ("zero2", "zero3")
+
+
+def _communication_rows(result: Result, cap: str) -> list[tuple[str, str]]:
+    """DDP's all-reduce and buckets, or a sharded step's strategy and collectives (a ZeRO-3 run printed
+    "buckets 0" and "all-reduce ring": rows that do not apply to it)."""
+    if not _sharded(result):
+        return [("all-reduce", f"{result.algorithm} / {result.protocol}" if result.world_size > 1 else "none (1 GPU)"),
+                ("bucket_cap_mb", cap), ("buckets", str(len(result.buckets)))]
+    kinds = sorted({c.kind for c in result.collectives})
+    calls = f", {len(result.collectives)} calls on rank 0" if result.collectives else ""
+    return [("strategy", f"{result.strategy} (FSDP2 fully_shard)"),
+            ("collectives", f"{' + '.join(kinds) or 'none'} ({result.algorithm} / {result.protocol}){calls}"
+             if result.world_size > 1 else "none (1 GPU)")]
+
+
 def summary_rows(result: Result) -> list[tuple[str, str]]:
     cap = "default (25 MiB, first 1 MiB)" if result.bucket_cap_mb is None else f"{result.bucket_cap_mb:g} MiB"
     rows = [
@@ -58,12 +78,11 @@ def summary_rows(result: Result) -> list[tuple[str, str]]:
         ("cluster", f"{result.nodes} x {result.gpus_per_node} {result.gpu} ({result.world_size} GPUs)"
          if result.nodes * result.gpus_per_node == result.world_size
          else f"{result.nodes} nodes of uneven size, {result.gpu} ({result.world_size} GPUs)"),
-        ("all-reduce", f"{result.algorithm} / {result.protocol}" if result.world_size > 1 else "none (1 GPU)"),
-        ("bucket_cap_mb", cap),
-        ("buckets", str(len(result.buckets))),
+        *_communication_rows(result, cap),
         ("step time", format_time(result.step_time_s)),
         *((f"  {name}", format_time(value)) for name, value in step_parts(result)),
-        ("communication (all buckets)", format_time(result.comm_time_s)),
+        ("communication (all buckets)" if not _sharded(result) else "communication (all collectives)",
+         format_time(result.comm_time_s)),
         ("  exposed (not hidden by compute)", format_time(result.exposed_comm_s)),
         ("  overlap", f"{100 * result.overlap_fraction:.0f}%"),
         ("compute-only step", format_time(result.compute_only_s)),
