@@ -192,3 +192,10 @@ def test_rail_link_names_read_back(per_leaf: int | None, duplex: float, per_spin
     rail = _RailNetwork(cluster, per_leaf, per_spine)
     assert [rail.link_id(name) for name in rail.link_names(range(rail.n_links))] == list(range(rail.n_links))
     assert rail.link_id("n0.g1->rail1.leaf") is None and rail.link_id("n99.g0->rail0.leaf") is None
+
+
+def test_a_sweeps_points_share_the_folded_network() -> None:
+    first = prepare(_scenario(8, ddp={"bucket_cap_mb": 5}))
+    again = prepare(_scenario(8, ddp={"bucket_cap_mb": 50}))
+    other = prepare(_scenario(8, oversubscription=2.0, per_leaf=2))
+    assert again.collectives is first.collectives and other.collectives is not first.collectives
