@@ -336,9 +336,10 @@ def _cluster(r: _Reader) -> ClusterSpec:
         # to be a link of the graph, and silently ignoring the number would report a full-duplex step
         raise inter_reader.error("duplex_factor", "applies to the preset networks only; with cluster.topology write "
                                  "the endpoint's shared budget as a link of the graph")
-    if topology is not None and inter.nodes_per_leaf is not None:
-        raise inter_reader.error("nodes_per_leaf", "applies to the preset networks only; a custom topology's "
-                                 "switches are its own vertices")
+    for tier in ("nodes_per_leaf", "leaves_per_spine"):
+        if topology is not None and getattr(inter, tier) is not None:
+            raise inter_reader.error(tier, "applies to the preset networks only; a custom topology's "
+                                     "switches are its own vertices")
     return ClusterSpec(
         **plain,
         intra_node=intra,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import statistics
 import time
+from collections import OrderedDict
 from collections.abc import Generator
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
@@ -20,7 +21,8 @@ import simpy
 from ddpsim.calibration.apply import apply_calibration
 from ddpsim.collectives import CollectiveModel
 from ddpsim.collectives.folded import FoldedCollectiveModel, FoldedTopology, fold_problem
-from ddpsim.collectives.nvls import nvls_of
+from ddpsim.collectives.nvls import NvlsSpec, nvls_of
+from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
 from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
@@ -137,7 +139,7 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
         folds = fold and _resolve_mode(scenario) == "fast" and scenario.simulation.degraded_link_factor >= 1.0 \
             and fold_problem(scenario.cluster) is None
         if folds:
-            collectives: CollectiveModel = FoldedCollectiveModel(scenario.cluster, protocol_table, nvls=nvls)
+            collectives: CollectiveModel = _folded_model(scenario.cluster, protocol_table, nvls)
             topology = collectives.topology
         else:
             topology = build_topology(scenario.cluster)
@@ -191,6 +193,24 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
                                      f"over the profile's steps (profile {measured_in}; measured); the median of "
                                      f"{scenario.simulation.iterations} simulated steps")
     return Prepared(scenario, workload, gpu, compute, buckets, topology, collectives, sources, other_kinds)
+
+
+_FOLDED_KEPT = 4  # folded network models kept per process: a sweep's points on one cluster price it once
+_folded_models: OrderedDict[str, FoldedCollectiveModel] = OrderedDict()
+
+
+def _folded_model(cluster: ClusterSpec, protocol_table: ProtocolTable | None,
+                  nvls: NvlsSpec | None) -> FoldedCollectiveModel:
+    """The folded model of this cluster under this protocol table, built once per process for the last
+    few (a model holds no state but its caches of prices, which depend only on these three)."""
+    key = repr((cluster, protocol_table, nvls))
+    model = _folded_models.get(key)
+    if model is None:
+        model = _folded_models[key] = FoldedCollectiveModel(cluster, protocol_table, nvls=nvls)
+        while len(_folded_models) > _FOLDED_KEPT:
+            _folded_models.popitem(last=False)
+    _folded_models.move_to_end(key)
+    return model
 
 
 def _gpu_names(cluster: ClusterSpec) -> list[str]:

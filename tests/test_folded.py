@@ -30,11 +30,15 @@ from ddpsim.topology import build_topology
 
 
 def _scenario(nodes: int, gpus: int = 8, per_leaf: int | None = None, oversubscription: float = 1.0,
-              intra: str = "nvswitch", duplex: float = 1.0, model: str = "gpt2-124m", **extra: object) -> Scenario:
+              intra: str = "nvswitch", duplex: float = 1.0, model: str = "gpt2-124m", per_spine: int | None = None,
+              spine_oversubscription: float = 1.0, **extra: object) -> Scenario:
     inter: dict[str, object] = {"type": "rail-fat-tree", "nic_bandwidth": "400Gbps", "latency": "5us",
-                                "oversubscription": oversubscription, "duplex_factor": duplex}
+                                "oversubscription": oversubscription, "duplex_factor": duplex,
+                                "spine_oversubscription": spine_oversubscription}
     if per_leaf is not None:
         inter["nodes_per_leaf"] = per_leaf
+    if per_spine is not None:
+        inter["leaves_per_spine"] = per_spine
     document: dict[str, object] = {
         "workload": {"model": model, "batch_size": 4, "precision": "bf16-amp"},
         "cluster": {"gpu": "H100-SXM", "nodes": nodes, "gpus_per_node": gpus,
@@ -47,8 +51,11 @@ def _scenario(nodes: int, gpus: int = 8, per_leaf: int | None = None, oversubscr
     return scenario_from_dict(document)
 
 
-SHAPES = [  # nodes, GPUs per node, nodes per leaf, oversubscription, intra-node type, duplex factor
+SHAPES = [  # nodes, GPUs per node, nodes per leaf, oversubscription, intra-node type, duplex factor[, tier 3]
     (8, 8, None, 1.0, "nvswitch", 1.0),
+    (16, 4, 2, 1.5, "nvswitch", 1.0, 2, 3.0),  # spine groups of 2 leaves (4 nodes) under a 3:1 core
+    (24, 2, 1, 1.0, "nvswitch", 0.7, 3, 2.0),
+    (18, 4, 3, 2.0, "nvlink-ring", 1.0, 2, 1.0),
     (12, 4, 3, 2.0, "nvswitch", 1.0),
     (16, 8, 4, 3.0, "nvlink-ring", 0.6),
     (6, 2, 2, 1.0, "pcie", 1.0),
@@ -59,8 +66,10 @@ SHAPES = [  # nodes, GPUs per node, nodes per leaf, oversubscription, intra-node
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "-".join(map(str, s)))
 def test_prices_equal_every_rank(shape: tuple) -> None:
-    nodes, gpus, per_leaf, over, intra, duplex = shape
-    cluster = _scenario(nodes, gpus, per_leaf, over, intra, duplex).cluster
+    nodes, gpus, per_leaf, over, intra, duplex = shape[:6]
+    per_spine, spine_over = shape[6:] or (None, 1.0)
+    cluster = _scenario(nodes, gpus, per_leaf, over, intra, duplex, per_spine=per_spine,
+                        spine_oversubscription=spine_over).cluster
     assert fold_problem(cluster) is None
     full = CollectiveModel(build_topology(cluster), nvls=nvls_of(cluster))
     folded = FoldedCollectiveModel(cluster, nvls=nvls_of(cluster))
@@ -88,12 +97,12 @@ def test_what_does_not_fold() -> None:
     assert isinstance(prepare(_scenario(8)).topology, FoldedTopology)
 
 
-@pytest.mark.parametrize("per_leaf", [None, 2])
+@pytest.mark.parametrize("per_leaf, per_spine", [(None, None), (2, None), (1, 2), (2, 2)])
 @pytest.mark.parametrize("duplex", [1.0, 0.6])
-def test_rail_network_is_the_built_one(per_leaf: int | None, duplex: float) -> None:
-    cluster = _scenario(8, 1, per_leaf, 2.0, duplex=duplex).cluster
+def test_rail_network_is_the_built_one(per_leaf: int | None, per_spine: int | None, duplex: float) -> None:
+    cluster = _scenario(8, 1, per_leaf, 2.0, duplex=duplex, per_spine=per_spine, spine_oversubscription=3.0).cluster
     built = build_topology(cluster)
-    rail = _RailNetwork(cluster, per_leaf)
+    rail = _RailNetwork(cluster, per_leaf, per_spine)
     network = [i for i in range(built.n_links) if built.link_class[i] == "inter"]
     assert sorted(rail.link_names(range(rail.n_links))) == sorted(built.link_names(network))
     by_name = dict(zip(built.link_names(range(built.n_links)), range(built.n_links), strict=True))
@@ -133,12 +142,14 @@ def test_vectorised_jitter_draws_are_pythons(world: int, iterations: int) -> Non
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "zero3"])
-@pytest.mark.parametrize("shape", [(16, 8, 4, 2.0), (12, 4, None, 1.0)], ids=["leaves-of-4", "one-leaf"])
+@pytest.mark.parametrize("shape", [(16, 8, 4, 2.0, None), (12, 4, None, 1.0, None), (16, 4, 2, 1.0, 2)],
+                         ids=["leaves-of-4", "one-leaf", "three-tiers"])
 def test_step_equals_every_rank(strategy: str, shape: tuple) -> None:
-    nodes, gpus, per_leaf, over = shape
+    nodes, gpus, per_leaf, over, per_spine = shape
     # the sharded step takes no jitter or straggler (sharded_simulation refuses them)
     perturbed = {"jitter_cv": 0.08, "straggler_rank": 7, "straggler_slowdown": 1.4} if strategy == "ddp" else {}
-    scenario = _scenario(nodes, gpus, per_leaf, over, parallel={"strategy": strategy},
+    scenario = _scenario(nodes, gpus, per_leaf, over, per_spine=per_spine, spine_oversubscription=4.0,
+                         parallel={"strategy": strategy},
                          simulation={**perturbed, "iterations": 3})
     folded, full = prepare(scenario), prepare(scenario, fold=False)
     assert isinstance(folded.topology, FoldedTopology) and not isinstance(full.topology, FoldedTopology)
@@ -174,8 +185,17 @@ def test_link_busy_mixes_algorithms_as_every_rank() -> None:
     assert a.links[0].busy_s == pytest.approx(max(every.values()), rel=1e-9)
 
 
-@pytest.mark.parametrize("per_leaf, duplex", [(None, 1.0), (2, 0.6), (1, 1.0)])
-def test_rail_link_names_read_back(per_leaf: int | None, duplex: float) -> None:
-    rail = _RailNetwork(_scenario(8, 1, per_leaf, 2.0, duplex=duplex).cluster, per_leaf)
+@pytest.mark.parametrize("per_leaf, duplex, per_spine", [(None, 1.0, None), (2, 0.6, None), (1, 1.0, None),
+                                                         (1, 0.6, 4), (2, 1.0, 2)])
+def test_rail_link_names_read_back(per_leaf: int | None, duplex: float, per_spine: int | None) -> None:
+    cluster = _scenario(8, 1, per_leaf, 2.0, duplex=duplex, per_spine=per_spine).cluster
+    rail = _RailNetwork(cluster, per_leaf, per_spine)
     assert [rail.link_id(name) for name in rail.link_names(range(rail.n_links))] == list(range(rail.n_links))
     assert rail.link_id("n0.g1->rail1.leaf") is None and rail.link_id("n99.g0->rail0.leaf") is None
+
+
+def test_a_sweeps_points_share_the_folded_network() -> None:
+    first = prepare(_scenario(8, ddp={"bucket_cap_mb": 5}))
+    again = prepare(_scenario(8, ddp={"bucket_cap_mb": 50}))
+    other = prepare(_scenario(8, oversubscription=2.0, per_leaf=2))
+    assert again.collectives is first.collectives and other.collectives is not first.collectives

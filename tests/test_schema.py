@@ -127,11 +127,17 @@ def test_world_size_limit_is_checked_across_fields():
 
 
 def test_every_rank_simulated_is_limited():
+    # detailed mode runs every rank's flows; FAST mode folds ranks, so jitter is limited only by the
+    # ranks x steps of factors it draws
     data = {**MINIMAL, "cluster": {"gpu": "H100-SXM", "nodes": 4096, "gpus_per_node": 8},
-            "simulation": {"jitter_cv": 0.1}}
+            "simulation": {"mode": "detailed"}}
     with pytest.raises(ScenarioError) as info:
         scenario_from_dict(data)
-    assert info.value.field == "simulation.jitter_cv"
+    assert info.value.field == "simulation.mode"
+    scenario_from_dict({**data, "simulation": {"jitter_cv": 0.1}})
+    with pytest.raises(ScenarioError) as info:
+        scenario_from_dict({**data, "simulation": {"jitter_cv": 0.1, "iterations": 100}})
+    assert info.value.field == "simulation.iterations"
 
 
 def test_null_means_unset_only_where_unset_is_the_default(tmp_path):

@@ -75,21 +75,29 @@ def fold_problem(cluster: ClusterSpec) -> str | None:
     per_leaf = inter.nodes_per_leaf or nodes
     if per_leaf < nodes and nodes % per_leaf:
         return f"{nodes} nodes do not fill leaves of {per_leaf}"
+    leaves = -(-nodes // per_leaf)
+    if inter.leaves_per_spine is not None and inter.leaves_per_spine < leaves and leaves % inter.leaves_per_spine:
+        return f"{leaves} leaves per rail do not fill spine groups of {inter.leaves_per_spine}"
     if nodes <= _period_nodes(cluster):
         return "no more nodes than the representative cluster has"
     return None
 
 
-def _leaf_nodes(cluster: ClusterSpec) -> int | None:
-    """Nodes under one leaf per rail, None where one leaf per rail holds them all (no spine)."""
-    per_leaf = cluster.inter_node.nodes_per_leaf
-    return None if per_leaf is None or per_leaf >= cluster.nodes else per_leaf
+def _tiers(cluster: ClusterSpec) -> tuple[int | None, int | None]:
+    """(nodes under one leaf per rail, leaves under one spine group), each None where one holds all."""
+    inter = cluster.inter_node
+    per_leaf = inter.nodes_per_leaf
+    if per_leaf is None or per_leaf >= cluster.nodes:
+        return None, None
+    per_spine = inter.leaves_per_spine
+    return per_leaf, None if per_spine is None or per_spine * per_leaf >= cluster.nodes else per_spine
 
 
 def _period_nodes(cluster: ClusterSpec) -> int:
-    """Nodes of the representative cluster for rings: 2 (one leaf per rail) or two leaves' worth."""
-    per_leaf = _leaf_nodes(cluster)
-    return 2 if per_leaf is None else 2 * per_leaf
+    """Nodes of the representative cluster for rings: 2 (one leaf per rail), two leaves' worth, or two
+    spine groups' worth."""
+    per_leaf, per_spine = _tiers(cluster)
+    return 2 * (per_leaf or 1) * (per_spine or 1)
 
 
 class FoldedTopology(Topology):
@@ -160,7 +168,7 @@ class FoldedTopology(Topology):
         rail_used = np.flatnonzero(rail_values)
 
         def value(name: str) -> float:
-            total = ring_share.get(_renamed(name, ring.nodes, self.ring_leaves), 0.0)
+            total = ring_share.get(_renamed(name, ring.nodes, self.ring_leaves, spines=2), 0.0)
             total += node_share.get(_renamed(name, 1, 1), 0.0)
             link = rail.link_id(_renamed(name, None, None, to_rail_0=True))
             return total + (float(rail_values[link]) if link is not None else 0.0)
@@ -198,13 +206,14 @@ class FoldedCollectiveModel(CollectiveModel):
             raise ValueError(f"this cluster does not fold: {problem}")
         inter = cluster.inter_node
         period = _period_nodes(cluster)
-        per_leaf = _leaf_nodes(cluster)
-        ring_cluster = replace(cluster, nodes=period, inter_node=replace(inter, nodes_per_leaf=per_leaf))
+        per_leaf, per_spine = _tiers(cluster)
+        ring_cluster = replace(cluster, nodes=period, inter_node=replace(inter, nodes_per_leaf=per_leaf,
+                                                                         leaves_per_spine=per_spine))
         node = build_topology(replace(cluster, nodes=1))
         # one GPU per node on one rail: channel 0's network (every channel's is alike, on its own rail)
-        rail = _RailNetwork(cluster, per_leaf)
+        rail = _RailNetwork(cluster, per_leaf, per_spine)
         super().__init__(FoldedTopology(cluster, build_topology(ring_cluster), node, rail,
-                                        ring_leaves=1 if per_leaf is None else 2), protocol_table,
+                                        ring_leaves=period // (per_leaf or period)), protocol_table,
                          nvls=nvls)
         self.folded: FoldedTopology = self.topology  # type: ignore[assignment]
         self._loads: np.ndarray | None = None  # flows per link of the tree's and NVLS's network (one rail)
@@ -352,39 +361,50 @@ class _RailNetwork:
 
     Per node: its NIC's up and down links (half the network latency each) and, where the endpoint is
     not full duplex, the endpoint link both cross; per leaf of ``per_leaf`` nodes (where there is more
-    than one), its up- and downlink to the spine, at what its ports inject over the oversubscription.
+    than one), its up- and downlink to its spine, at what its ports inject over the oversubscription;
+    per spine group of ``per_spine`` leaves (where there is more than one), its up- and downlink to the
+    core: the group's uplink carries every rail's leaves, so this rail's share, one of g alike, is a g-th.
     """
 
-    def __init__(self, cluster: ClusterSpec, per_leaf: int | None) -> None:
+    def __init__(self, cluster: ClusterSpec, per_leaf: int | None, per_spine: int | None) -> None:
         inter = cluster.inter_node
         self.nodes = cluster.nodes
         self.per_leaf = per_leaf or self.nodes
         self.leaves = self.nodes // self.per_leaf
+        self.per_spine = per_spine or self.leaves
+        self.groups = self.leaves // self.per_spine
         nic_Bps, duplex = inter.nic_bandwidth_Bps, float(inter.duplex_factor)
         self.endpoint = duplex < 1.0
         self.per_node = 3 if self.endpoint else 2
-        spine = 2 * self.leaves if self.leaves > 1 else 0
+        self.spine_base = self.nodes * self.per_node
+        self.core_base = self.spine_base + (2 * self.leaves if self.leaves > 1 else 0)
+        leaf_up_Bps = self.per_leaf * nic_Bps / inter.oversubscription
         node_capacity = [nic_Bps, nic_Bps] + ([2.0 * duplex * nic_Bps] if self.endpoint else [])
         node_latency = [inter.latency_s / 2, inter.latency_s / 2] + ([0.0] if self.endpoint else [])
-        self.capacity_Bps = np.concatenate([np.tile(node_capacity, self.nodes),
-                                            np.full(spine, self.per_leaf * nic_Bps / inter.oversubscription)])
-        self.latency_s = np.concatenate([np.tile(node_latency, self.nodes), np.zeros(spine)])
+        self.capacity_Bps = np.concatenate([
+            np.tile(node_capacity, self.nodes), np.full(self.core_base - self.spine_base, leaf_up_Bps),
+            np.full(2 * self.groups if self.groups > 1 else 0,
+                    self.per_spine * leaf_up_Bps / inter.spine_oversubscription)])
         self.n_links = len(self.capacity_Bps)
+        self.latency_s = np.concatenate([np.tile(node_latency, self.nodes), np.zeros(self.n_links - self.spine_base)])
         self.link_class = ("inter",) * self.n_links
         self.hop_latency_s = inter.latency_s  # a route's links' latencies add up to it, spine or not
 
     def link_names(self, ids: Iterable[int]) -> list[str]:
         names = []
-        base = self.nodes * self.per_node
         for i in ids:
-            if i < base:
+            if i < self.spine_base:
                 node, kind = divmod(i, self.per_node)
                 gpu, leaf_name = f"n{node}.g0", self._leaf(node // self.per_leaf)
                 names.append(f"{gpu}->{leaf_name}" if kind == 0 else f"{leaf_name}->{gpu}" if kind == 1
                              else f"{gpu}.endpoint->{gpu}.endpoint")
+            elif i < self.core_base:
+                leaf, down = divmod(i - self.spine_base, 2)
+                spine = self._spine(leaf // self.per_spine)
+                names.append(f"{spine}->{self._leaf(leaf)}" if down else f"{self._leaf(leaf)}->{spine}")
             else:
-                leaf, down = divmod(i - base, 2)
-                names.append(f"spine->{self._leaf(leaf)}" if down else f"{self._leaf(leaf)}->spine")
+                group, down = divmod(i - self.core_base, 2)
+                names.append(f"core->{self._spine(group)}" if down else f"{self._spine(group)}->core")
         return names
 
     def link_id(self, name: str) -> int | None:
@@ -392,7 +412,8 @@ class _RailNetwork:
         match = _RAIL_LINK.fullmatch(name)
         if match is None:
             return None
-        up_node, up_leaf, down_leaf, down_node, endpoint, spine_from, spine_to = match.groups()
+        up_node, up_leaf, down_leaf, down_node, endpoint, leaf_from, spine_to, spine_from, leaf_to, group_up, \
+            group_down = match.groups()
         if endpoint is not None:
             node = int(endpoint)
             return node * self.per_node + 2 if self.endpoint and node < self.nodes else None
@@ -401,33 +422,46 @@ class _RailNetwork:
             if node >= self.nodes or leaf != self._leaf(node // self.per_leaf):
                 return None
             return node * self.per_node + kind
-        leaf_name = spine_from if spine_from is not None else spine_to
-        index = int(leaf_name[len("rail0.leaf"):] or 0)
-        if self.leaves < 2 or index >= self.leaves or leaf_name != self._leaf(index):
+        if leaf_from is not None or leaf_to is not None:
+            leaf_name, spine, down = (leaf_from, spine_to, 0) if leaf_from is not None else (leaf_to, spine_from, 1)
+            index = int(leaf_name[len("rail0.leaf"):] or 0)
+            if self.leaves < 2 or index >= self.leaves or leaf_name != self._leaf(index) \
+                    or spine != self._spine(index // self.per_spine):
+                return None
+            return self.spine_base + 2 * index + down
+        spine, down = (group_up, 0) if group_up is not None else (group_down, 1)
+        index = int(spine[len("spine"):] or 0)
+        if self.groups < 2 or index >= self.groups or spine != self._spine(index):
             return None
-        return self.nodes * self.per_node + 2 * index + int(spine_to is not None)
+        return self.core_base + 2 * index + down
 
     def _leaf(self, k: int) -> str:
         return "rail0.leaf" if self.leaves == 1 else f"rail0.leaf{k}"
 
+    def _spine(self, k: int) -> str:
+        return "spine" if self.groups == 1 else f"spine{k}"
+
     def tree_loads(self) -> np.ndarray:
         """Flows on each link when every edge of the double binary tree over the nodes carries one flow
-        each way per tree (``schedules._head_tree_pairs`` of one channel, routed; counted without listing the flows)."""
+        each way per tree (``schedules._head_tree_pairs`` of one channel, routed; counted without listing
+        the flows)."""
         degree = np.zeros(self.nodes)
-        crossing = np.zeros(self.leaves)
+        leaf_crossing = np.zeros(self.leaves)
+        group_crossing = np.zeros(self.groups)
         for parents in _double_tree(self.nodes):
             child = np.flatnonzero(parents >= 0)
             parent = parents[child]
             degree += np.bincount(child, minlength=self.nodes) + np.bincount(parent, minlength=self.nodes)
-            if self.leaves > 1:
-                # an edge between leaves: one flow up and one down through each of its two leaves' uplinks
-                child_leaf, parent_leaf = child // self.per_leaf, parent // self.per_leaf
-                apart = child_leaf != parent_leaf
-                crossing += np.bincount(child_leaf[apart], minlength=self.leaves)
-                crossing += np.bincount(parent_leaf[apart], minlength=self.leaves)
+            # an edge between leaves (spine groups): one flow up and one down through each end's uplink
+            for per, crossing in ((self.per_leaf, leaf_crossing), (self.per_leaf * self.per_spine, group_crossing)):
+                ends = [child // per, parent // per]
+                apart = ends[0] != ends[1]
+                for end in ends:
+                    crossing += np.bincount(end[apart], minlength=len(crossing))
         per_node = [degree, degree] + ([2 * degree] if self.endpoint else [])
-        spine = np.repeat(crossing, 2) if self.leaves > 1 else np.zeros(0)
-        return np.concatenate([np.column_stack(per_node).reshape(-1), spine])
+        return np.concatenate([np.column_stack(per_node).reshape(-1),
+                               np.repeat(leaf_crossing, 2) if self.leaves > 1 else np.zeros(0),
+                               np.repeat(group_crossing, 2) if self.groups > 1 else np.zeros(0)])
 
 
 def _double_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -475,20 +509,25 @@ def _largest_first(values: np.ndarray, used: np.ndarray, head: int) -> Iterator[
 
 
 _RAIL_LINK = re.compile(r"n(\d+)\.g0->(rail0\.leaf\d*)|(rail0\.leaf\d*)->n(\d+)\.g0|"
-                        r"n(\d+)\.g0\.endpoint->n\d+\.g0\.endpoint|(rail0\.leaf\d*)->spine|spine->(rail0\.leaf\d*)")
-_TOKEN = re.compile(r"\bn(\d+)\.|leaf(\d+)|rail(\d+)|\.g(\d+)\b")
+                        r"n(\d+)\.g0\.endpoint->n\d+\.g0\.endpoint|(rail0\.leaf\d*)->(spine\d*)|"
+                        r"(spine\d*)->(rail0\.leaf\d*)|(spine\d*)->core|core->(spine\d*)")
+_TOKEN = re.compile(r"\bn(\d+)\.|leaf(\d+)|rail(\d+)|\.g(\d+)\b|spine(\d+)")
 
 
-def _renamed(name: str, nodes: int | None, leaves: int | None, to_rail_0: bool = False) -> str:
+def _renamed(name: str, nodes: int | None, leaves: int | None, to_rail_0: bool = False,
+             spines: int | None = None) -> str:
     """A link's name with node J as J mod ``nodes``, leaf K as K mod ``leaves`` (an unnumbered leaf
-    where that is 1) and, ``to_rail_0``, every rail and GPU as rail 0 and GPU 0 (None: kept)."""
+    where that is 1), spine group K as K mod ``spines`` and, ``to_rail_0``, every rail and GPU as rail 0
+    and GPU 0 (None: kept)."""
 
     def swap(match: re.Match[str]) -> str:
-        node, leaf, rail, gpu = match.groups()
+        node, leaf, rail, gpu, spine = match.groups()
         if node is not None:
             return f"n{int(node) % nodes if nodes else node}."
         if leaf is not None:
             return "leaf" if leaves == 1 else f"leaf{int(leaf) % leaves if leaves else leaf}"
+        if spine is not None:
+            return f"spine{int(spine) % spines if spines else spine}"
         if rail is not None:
             return "rail0" if to_rail_0 else match.group(0)
         return ".g0" if to_rail_0 else match.group(0)

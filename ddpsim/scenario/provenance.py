@@ -52,6 +52,9 @@ def inter_node_source(scenario: Scenario) -> str:
         "cluster.inter_node.duplex_factor": f"{inter.duplex_factor:g}",
         "cluster.inter_node.nodes_per_leaf": ("one leaf per rail" if inter.type == "rail-fat-tree" else "1")
         if inter.nodes_per_leaf is None else str(inter.nodes_per_leaf),
+        "cluster.inter_node.leaves_per_spine": "one spine" if inter.leaves_per_spine is None
+        else str(inter.leaves_per_spine),
+        "cluster.inter_node.spine_oversubscription": f"{inter.spine_oversubscription:g}",
     }, "nothing measured them")
 
 

@@ -145,6 +145,14 @@ class InterNodeSpec:
         "spine whose uplinks carry 1/oversubscription of what a leaf's ports inject", None, minimum=1,
         maximum=MAX_WORLD_SIZE, default_text="rail-fat-tree: every node (one leaf per rail, no spine between "
         "nodes); fat-tree, ethernet: 1 (every flow through the spine)")
+    leaves_per_spine: int | None = spec(
+        "leaves_per_spine", "int", "leaves joined by one spine group (rail-fat-tree: a rail's leaves); spine groups "
+        "join through a third tier (core) whose uplinks carry 1/spine_oversubscription of what a group's leaves "
+        "send up", None, minimum=1, maximum=MAX_WORLD_SIZE, default_text="every leaf (one spine, no third tier)")
+    spine_oversubscription: float = spec(
+        "spine_oversubscription", "number", "ratio of the second tier (1 = non-blocking): a spine group's uplinks "
+        "to the core carry 1/spine_oversubscription of what its leaves send up (with leaves_per_spine)", 1.0,
+        minimum=1.0, maximum=1000.0, low_rule="is a ratio >= 1 (1 = non-blocking)")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from ddpsim.scenario.schema import (
     INTER_NODE_TYPES,
     ClusterSpec,
     CustomTopologySpec,
+    InterNodeSpec,
 )
 
 # How a GPU-to-GPU hop is carried, the key protocol latencies are looked up by (NCCL's NVLINK,
@@ -290,6 +291,10 @@ class _PresetRouter:
         self.leaf_of = [-1] * world
         self.leaf_up: list[int] = []
         self.leaf_down: list[int] = []
+        # the third tier (inter_node.leaves_per_spine): each leaf's spine group, its links to the core
+        self.group_of_leaf: list[int] = []
+        self.group_up: list[int] = []
+        self.group_down: list[int] = []
         self.pxn = False
         self.link_latency_s: list[float] = []  # the link table's latencies (for PXN routes)
 
@@ -306,10 +311,16 @@ class _PresetRouter:
         return self._network(src, dst)
 
     def _network(self, src: int, dst: int) -> tuple[int, ...]:
-        """From ``src``'s NIC to ``dst``: up to the leaf, through the spine where the leaves differ."""
+        """From ``src``'s NIC to ``dst``: up to the leaf, through the spine where the leaves differ, and
+        through the core where their spine groups differ."""
         leaf_src, leaf_dst = self.leaf_of[src], self.leaf_of[dst]
         if leaf_src == leaf_dst:
             return self.to_leaf[src] + self.from_leaf[dst]
+        if self.group_of_leaf:
+            group_src, group_dst = self.group_of_leaf[leaf_src], self.group_of_leaf[leaf_dst]
+            if group_src != group_dst:
+                return self.to_leaf[src] + (self.leaf_up[leaf_src], self.group_up[group_src],
+                                            self.group_down[group_dst], self.leaf_down[leaf_dst]) + self.from_leaf[dst]
         return self.to_leaf[src] + (self.leaf_up[leaf_src], self.leaf_down[leaf_dst]) + self.from_leaf[dst]
 
     def _intra(self, src: int, dst: int) -> tuple[int, ...]:
@@ -426,6 +437,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
         router.link_latency_s = links.latency_s
         per_leaf = n_nodes if nodes_per_leaf is None else nodes_per_leaf
         groups = -(-n_nodes // per_leaf)
+        groups_per_rail = groups
         rails = max(sizes)
         for i in range(rails):
             for k in range(groups):
@@ -450,6 +462,7 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
                                     field="cluster.inter_node.nics_per_node")
         ports = min(min(nics, g) for nics, g in zip(node_nics, sizes, strict=True))
         n_leaves = -(-n_nodes // per_leaf)
+        groups_per_rail = n_leaves
         for leaf in range(n_leaves):
             leaf_names.append(f"leaf{leaf}")
             members = range(leaf * per_leaf, min(n_nodes, (leaf + 1) * per_leaf))
@@ -484,13 +497,41 @@ def _build_inter(cluster: ClusterSpec, router: _PresetRouter, links: _LinkTable,
     for name in leaf_names:
         vertices[name] = {"kind": "leaf"}
     if len(leaf_names) > 1:
-        vertices["spine"] = {"kind": "spine"}
-        for name, down_Bps in zip(leaf_names, leaf_down_Bps, strict=True):
-            # oversubscription: a leaf's uplink carries 1/oversubscription of what its ports can inject
-            up, down = links.add_duplex(name, "spine", down_Bps / inter.oversubscription, 0.0, "inter")
-            router.leaf_up.append(up)
-            router.leaf_down.append(down)
+        _build_spines(inter, router, links, vertices, leaf_names, leaf_down_Bps, groups_per_rail)
     return ports
+
+
+def _build_spines(inter: InterNodeSpec, router: _PresetRouter, links: _LinkTable, vertices: dict[str, dict[str, object]],
+                  leaf_names: list[str], leaf_down_Bps: list[float], groups_per_rail: int) -> None:
+    """Leaves up to the spine; with ``leaves_per_spine``, to spine groups joined by a core.
+
+    A spine group (``spine<k>``) joins the leaves of nodes [k L p, (k+1) L p) (L leaves per spine, p
+    nodes per leaf; on a rail-optimised fabric, those nodes' leaves of every rail). A leaf's uplink
+    carries 1/``oversubscription`` of what its ports inject; a group's uplink to the core
+    1/``spine_oversubscription`` of what its leaves send up. Tier links add no latency: a route costs
+    the network latency once, whatever it crosses."""
+    _check_positive(inter.spine_oversubscription, "cluster.inter_node.spine_oversubscription", "oversubscription")
+    per_spine = inter.leaves_per_spine
+    # a leaf's position among its rail's leaves (every leaf is its own rail's on other fabrics)
+    group_of_leaf = [((leaf % groups_per_rail) // per_spine) if per_spine else 0 for leaf in range(len(leaf_names))]
+    n_groups = max(group_of_leaf) + 1
+    spines = ["spine"] if n_groups == 1 else [f"spine{k}" for k in range(n_groups)]
+    for name in spines:
+        vertices[name] = {"kind": "spine"}
+    sent_up_Bps = [0.0] * n_groups
+    for name, down_Bps, group in zip(leaf_names, leaf_down_Bps, group_of_leaf, strict=True):
+        # oversubscription: a leaf's uplink carries 1/oversubscription of what its ports can inject
+        up, down = links.add_duplex(name, spines[group], down_Bps / inter.oversubscription, 0.0, "inter")
+        router.leaf_up.append(up)
+        router.leaf_down.append(down)
+        sent_up_Bps[group] += down_Bps / inter.oversubscription
+    if n_groups > 1:
+        vertices["core"] = {"kind": "core"}
+        router.group_of_leaf = group_of_leaf
+        for name, up_Bps in zip(spines, sent_up_Bps, strict=True):
+            up, down = links.add_duplex(name, "core", up_Bps / inter.spine_oversubscription, 0.0, "inter")
+            router.group_up.append(up)
+            router.group_down.append(down)
 
 
 class _EndpointBudget:
