@@ -183,3 +183,35 @@ def test_a_factorys_loss_fn_gives_the_models_inputs(tmp_path, monkeypatch):
     # the linear's forward: 2 x batch x in x out FLOPs, on the batch the loss function passed
     assert sum(layer.forward_flops for layer in w.layers if layer.name == "a") == 2 * 16 * 8 * 4
     sys.modules.pop("pair_net", None)
+
+
+@pytest.mark.skipif(not torch_version_ok(torch)[0], reason="MemTracker is used on the tested torch versions only")
+def test_the_zoos_gpt2_activations_agree_with_memtracker_on_the_harness_model():
+    from ddpsim.workload.zoo import zoo_workload
+
+    tracked = import_torch_model("ddpsim.measure.models:gpt2_124m", 2, "fp32", 128, "adamw")
+    counted = zoo_workload("gpt2-124m", 2, "fp32", 128)
+    assert "MemTracker" in tracked.activation_source
+    assert counted.activation_bytes == pytest.approx(tracked.activation_bytes, rel=0.10)
+
+
+@pytest.mark.skipif(not torch_version_ok(torch)[0], reason="MemTracker is used on the tested torch versions only")
+def test_attention_dropout_is_tracked_as_cudas_fused_kernels_keep_it_no_mask():
+    class Attention(torch.nn.Module):
+        def __init__(self, dropout):
+            super().__init__()
+            self.attn = torch.nn.MultiheadAttention(64, 4, dropout=dropout, batch_first=True)
+
+        def forward(self, x):
+            return self.attn(x, x, x, need_weights=False)[0]
+
+    x = torch.randn(8, 256, 64)
+    # real torch, no dropout: the fused path, which saves no attention matrix (as CUDA's kernels with dropout)
+    expected = _real_saved_and_output_bytes(Attention(0.0), x)
+
+    def build():
+        xb = torch.randn(8, 256, 64)
+        return Attention(0.1), lambda m: m(xb).pow(2).mean()
+
+    estimate = step_memory(torch, build, "fp32", "sgd", [])
+    assert estimate.activation_bytes == pytest.approx(expected, rel=0.05)

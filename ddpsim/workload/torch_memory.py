@@ -14,7 +14,8 @@ elsewhere, or where the step fails on fake tensors, the caller keeps its own est
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,7 +107,7 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
     amp = precision != "fp32"
     dtype = torch.float16 if precision == "fp16-amp" else torch.bfloat16
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True):
+        with FakeTensorMode(allow_non_fake_inputs=True), _sdpa_without_dropout(torch):
             model, loss_of = build()
             model.train()
             opt = make_optimizer(torch, [p for p in model.parameters() if p.requires_grad], optimizer)
@@ -145,6 +146,30 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
              "other": by.get("Temp", 0.0) + by.get("Other", 0.0)}
     peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE)
     return StepMemory(peak, kept, by_block)
+
+
+@contextlib.contextmanager
+def _sdpa_without_dropout(torch: Any) -> Iterator[None]:
+    """Scaled-dot-product attention with its dropout off while the tracker runs. CUDA's fused attention kernels
+    apply dropout inside the kernel and keep no mask (backward regenerates it from the RNG state), while on the
+    CPU dropout sends SDPA to its math path, which saves the attention matrix and the mask: the CPU's
+    allocations, not the GPU's. With dropout off the CPU takes its fused path too (nn.MultiheadAttention and
+    nn.Transformer call SDPA through torch.nn.functional)."""
+    functional = torch.nn.functional
+    original = functional.scaled_dot_product_attention
+
+    def without_dropout(*args: Any, **kwargs: Any) -> Any:
+        if len(args) > 4:
+            args = (*args[:4], 0.0, *args[5:])
+        if "dropout_p" in kwargs:
+            kwargs["dropout_p"] = 0.0
+        return original(*args, **kwargs)
+
+    functional.scaled_dot_product_attention = without_dropout
+    try:
+        yield
+    finally:
+        functional.scaled_dot_product_attention = original
 
 
 def _forward_kept(tracker: Any, module: Any, states: Any) -> float:
