@@ -144,3 +144,43 @@ def test_scenario_on_another_gpu_says_the_profile_was_carried(tmp_path):
     same.write_text(scenario.read_text().replace("gpu: H200", "gpu: H100"))
     plain = prepare(load_scenario(str(same)))
     assert "carried" not in plain.sources["compute"] and "(measured" in plain.sources["compute"]
+
+
+def test_a_scenario_describes_its_own_gpu():
+    from ddpsim.loader import scenario_from_dict
+    from ddpsim.simulation import prepare
+
+    own = {"name": "lab-gpu-96", "peak_tflops": {"bf16": 989.4, "fp32": 67}, "memory_bandwidth": "2.4TB/s",
+           "memory": "96GB", "nvlink_bandwidth": "450GB/s"}
+    scenario = scenario_from_dict({"workload": {"model": "resnet50", "batch_size": 64},
+                                   "cluster": {"gpu": own, "nodes": 1, "gpus_per_node": 8}})
+    assert scenario.cluster.intra_node.bandwidth_Bps == 450e9  # its NVLink is the node's default link rate
+    gpu = get_gpu("lab-gpu-96")
+    assert gpu.peak_flops_per_s == {"bf16": 989.4e12, "fp32": 67e12, "tf32": 494.7e12, "fp16": 989.4e12}
+    assert gpu.memory_bandwidth_Bps == 2.4e12 and gpu.memory_bytes == 96e9
+    # the same compute as an H100 SXM with less bandwidth: the memory-bound part of the step is slower
+    mine = prepare(scenario).compute
+    h100 = prepare(scenario_from_dict({"workload": {"model": "resnet50", "batch_size": 64},
+                                       "cluster": {"gpu": "H100", "nodes": 1, "gpus_per_node": 8}})).compute
+    assert mine.forward_s > h100.forward_s
+
+
+@pytest.mark.parametrize("bad,field,words", [
+    ({"name": "H100", "peak_tflops": {"bf16": 1, "fp32": 1}, "memory_bandwidth": "1TB/s", "memory": "1GB"},
+     "cluster.gpu.name", "catalog"),
+    ({"name": "x", "peak_tflops": {"bf16": 1}, "memory_bandwidth": "1TB/s", "memory": "1GB"},
+     "cluster.gpu.peak_tflops.fp32", "missing"),
+    ({"name": "x", "peak_tflops": {"bf16": 1, "fp32": 1}, "memory_bandwidth": "fast", "memory": "1GB"},
+     "cluster.gpu.memory_bandwidth", "bandwidth"),
+    ({"name": "x", "peak_tflops": {"bf16": -1, "fp32": 1}, "memory_bandwidth": "1TB/s", "memory": "1GB"},
+     "cluster.gpu.peak_tflops.bf16", "positive"),
+    ({"name": "x", "peak_tflops": {"bf16": 1, "fp32": 1}, "memory": "1GB"}, "cluster.gpu.memory_bandwidth",
+     "missing"),
+])
+def test_a_bad_own_gpu_names_its_field(bad, field, words):
+    from ddpsim.errors import ScenarioError
+    from ddpsim.loader import scenario_from_dict
+
+    with pytest.raises(ScenarioError) as err:
+        scenario_from_dict({"workload": {"model": "resnet50", "batch_size": 64}, "cluster": {"gpu": bad}}, file="s.yaml")
+    assert err.value.field == field and words in str(err.value)

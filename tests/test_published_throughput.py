@@ -28,7 +28,7 @@ def _committed_rows() -> dict[str, tuple[float, float]]:
 
 def test_each_row_quotes_its_sources_number():
     for source in SOURCES:
-        quoted = re.findall(r"([\d,]+) (?:img/s|WPS|token/gpu/sec)", source.row)
+        quoted = re.findall(r"([\d,]+) (?:img/s|WPS|token/gpu/sec|TPS/GPU)", source.row)
         assert quoted, source.row
         total = float(quoted[-1].replace(",", ""))
         # DeepLearningExamples quote the whole DGX; torchtitan and fms-fsdp quote per GPU
