@@ -20,6 +20,7 @@ import yaml
 from ddpsim.calibration.file import read_calibration
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import get_gpu
+from ddpsim.hardware.custom_gpu import custom_gpu
 from ddpsim.scenario.schema import (
     FREE_TEXT_KEYS,
     INTRA_DEFAULTS,
@@ -293,6 +294,14 @@ def _node_groups(r: _Reader, gpu: str | None, nic_Bps: float, intra_Bps: float) 
 
 
 def _cluster(r: _Reader) -> ClusterSpec:
+    if isinstance(r.data.get("gpu"), dict):
+        # a GPU the scenario describes itself: registered under its name, which the cluster then names
+        own = custom_gpu(r.data["gpu"], r.file, r._join(r.path, "gpu"))
+        r.data = {**r.data, "gpu": own.name}
+        if own.nvlink_Bps and isinstance(r.data.get("intra_node"), dict | None):
+            intra_raw = dict(r.data.get("intra_node") or {})
+            intra_raw.setdefault("bandwidth", own.nvlink_Bps)
+            r.data["intra_node"] = intra_raw
     topology = _topology(r.section(CustomTopologySpec, "topology")) if r.has("topology") else None
     grouped = "node_groups" in r.data
     if topology is not None and grouped:

@@ -260,6 +260,17 @@ for _canonical, _spec in GPUS.items():
         _INDEX[_key(_alias)] = _canonical
 
 
+# GPUs that scenarios describe themselves (ddpsim/hardware/custom_gpu.py), by name, in this process
+_CUSTOM: dict[str, GPUSpec] = {}
+
+
+def register_custom_gpu(spec: GPUSpec) -> None:
+    """Make a scenario's own GPU known by its name; a name of the catalog is refused (ValueError)."""
+    if _key(spec.name) in _INDEX:
+        raise ValueError(f"{spec.name!r} is a GPU of the catalog; give your own GPU another name")
+    _CUSTOM[_key(spec.name)] = spec
+
+
 def gpu_from_device_name(device_name: str) -> str | None:
     """The catalog name of a CUDA device name as a profile's fingerprint records it (``NVIDIA H100 80GB
     HBM3`` -> ``H100``); None where no entry claims it. The longest matching substring wins, so that
@@ -284,6 +295,8 @@ def get_gpu(name: str) -> GPUSpec:
     canonical = _INDEX.get(_key(name))
     if canonical is not None:
         return GPUS[canonical]
+    if _key(name) in _CUSTOM:
+        return _CUSTOM[_key(name)]
     spellings = list(GPUS) + [a for s in GPUS.values() for a in s.aliases]
     near = difflib.get_close_matches(name, spellings, n=1, cutoff=0.4)
     if not near:

@@ -32,6 +32,7 @@ CLASSES = TENSOR_CLASSES + MEMORY_CLASSES
 # bandwidth, with the host's launch rate
 GOVERNORS = ("tensor", "memory", "launch")
 DATA_FILE = "data/compute_classes.json"
+HALF_SMS = 132  # the SM count ClassFit.half_flops is stated for (H100 and H200 SXM, the fitted GPUs)
 
 _NORM_WORDS = ("norm", "bn", "ln_", "ln", "layernorm", "rmsnorm", "batchnorm", "groupnorm")
 _EMBED_WORDS = ("embed", "wte", "wpe", "tok_emb", "pos_emb", "embedding")
@@ -61,10 +62,14 @@ class ClassFit:
 
     efficiency: dict[str, float]
     launch_s: float
-    # tensor-core FLOPs per kernel at which a kernel reaches half its class's efficiency: small matrix
-    # products fill the GPU's SMs for too short a time (eager GPT-2 small runs at ~10% of peak, a 1B
-    # LLaMA at ~28%, on the same H100)
+    # a tensor-core kernel's FLOPs at which it reaches half its class's efficiency on a GPU of
+    # ``HALF_SMS`` SMs (scaled by the GPU's SM count: it is the work that fills every SM with tiles):
+    # small matrix products leave SMs idle (eager GPT-2 small runs at ~10% of peak, a 1B LLaMA at ~28%,
+    # on the same H100)
     half_flops: float
+    # the host's cost of calling one module in forward (nn.Module.__call__, its hooks, autocast's dispatch),
+    # on top of its kernels' launches: what makes a small eager model host-bound
+    module_s: float
     ratio_p10: float
     ratio_p90: float
     fitted_on: tuple[str, ...]
@@ -72,8 +77,9 @@ class ClassFit:
 
     def describe(self) -> str:
         effs = ", ".join(f"{c} {self.efficiency[c]:.2f}" for c in CLASSES)
-        return (f"per-class efficiencies ({effs}; half of it at {self.half_flops / 1e9:.2g} GFLOP per kernel) and "
-                f"{self.launch_s * 1e6:.1f} us per kernel, fitted on "
+        return (f"per-class efficiencies ({effs}; half of it for a tensor kernel of {self.half_flops / 1e9:.2g} "
+                f"GFLOP on {HALF_SMS} SMs) and "
+                f"{self.launch_s * 1e6:.1f} us per kernel + {self.module_s * 1e6:.1f} us per module call, fitted on "
                 f"{len(self.fitted_on)} profile groups ({self.source}); measured steps of models outside the "
                 f"fit fell within x{self.ratio_p10:.2f}..x{self.ratio_p90:.2f} of such an estimate (p10..p90)")
 
@@ -96,6 +102,7 @@ def class_fit_from_json(data: dict[str, object]) -> ClassFit:
     assert isinstance(fitted_on, list)
     return ClassFit(efficiency={c: float(eff[c]) for c in CLASSES}, launch_s=float(data["launch_s"]),  # type: ignore[arg-type]
                     half_flops=float(data["half_flops"]),  # type: ignore[arg-type]
+                    module_s=float(data["module_s"]),  # type: ignore[arg-type]
                     ratio_p10=float(data["ratio_p10"]), ratio_p90=float(data["ratio_p90"]),  # type: ignore[arg-type]
                     fitted_on=tuple(str(x) for x in fitted_on), source=str(data["source"]))
 
@@ -135,12 +142,13 @@ def layer_seconds(layer: Layer, gpu: GPUSpec, precision: str, fit: ClassFit, bac
     memory_s = n_bytes / (gpu.memory_bandwidth_Bps * fit.efficiency["elementwise" if cls in TENSOR_CLASSES else cls])
     if cls in TENSOR_CLASSES and flops > 0:
         per_kernel = flops / kernels
-        efficiency = fit.efficiency[cls] * per_kernel / (per_kernel + fit.half_flops)
+        half = fit.half_flops * gpu.sm_count / HALF_SMS
+        efficiency = fit.efficiency[cls] * per_kernel / (per_kernel + half)
         compute_s = flops / (_tensor_peak(gpu, precision, cls, cudnn_tf32) * efficiency)
         governor, work = ("tensor", compute_s) if compute_s >= memory_s else ("memory", memory_s)
     else:
         governor, work = "memory", memory_s
-    launch = kernels * fit.launch_s
+    launch = kernels * fit.launch_s + (0.0 if backward else fit.module_s)
     if launch > work:
         return cls, "launch", launch
     return cls, governor, work

@@ -195,8 +195,10 @@ class NodeGroupSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, A100, A100-40GB, H100-SXM, H100-PCIe, H200, B200); "
-                    "with node_groups, the kind of groups that name none (omit it if all do)", REQUIRED)
+    gpu: str = spec("gpu", "text", "a GPU of the catalog (V100, V100-16GB, A100, A100-40GB, H100-SXM, H100-PCIe, "
+                    "H100-NVL, H200, B200, GB200, MI300X) or your own as a mapping {name, peak_tflops: {fp32, bf16, "
+                    "tf32, fp16}, memory_bandwidth, memory, nvlink_bandwidth}; with node_groups, the kind of groups "
+                    "that name none (omit it if all do)", REQUIRED)
     nodes: int = spec("nodes", "int", "nodes", 1, code_default=False, minimum=1, maximum=MAX_WORLD_SIZE)
     gpus_per_node: int = spec("gpus_per_node", "int", "GPUs per node", 8, code_default=False, minimum=1,
                               maximum=MAX_GPUS_PER_NODE)

@@ -103,25 +103,26 @@ _HARNESS_FACTORIES = {"resnet50": "resnet50", "gpt2-124m": "gpt2_124m", "mlp-hea
 
 def class_estimate(workload: Workload) -> tuple[Workload | None, str]:
     """The same model's FLOPs, bytes and kernels per layer, for splitting a measured profile by kernel
-    class: (estimate or None, where it came from or why there is none). A zoo model of the profile's
-    name first (no torch needed), else the harness built-in or ``module:factory`` the profile names,
-    through the torch importer."""
+    class: (estimate or None, where it came from or why there is none). The harness built-in or
+    ``module:factory`` the profile names, through the torch importer (the real graph, as the fit of
+    ``hardware/data/compute_classes.json`` saw it), else a zoo model of the profile's name (no torch needed)."""
     name = workload.name.split("@")[0]
     seq = workload.seq_len
-    if name in ZOO_NAMES:
-        return zoo_workload(name, workload.batch_size, workload.precision, seq), f"zoo model {name}"
     source = workload.model_source
     factory = _HARNESS_FACTORIES.get(name) if source in ("builtin", "") else None
     if factory is not None and ":" not in factory:
         factory = f"ddpsim.measure.models:{factory}"
     elif factory is None and source and ":" in source and not source.startswith(("hf:", "/")):
         factory = source
-    if factory is None:
-        return None, f"no zoo model or importable factory named {workload.name!r} (model_source {source or 'absent'!r})"
-    try:
-        from ddpsim.workload.torch_import import import_torch_model
+    why = f"no zoo model or importable factory named {workload.name!r} (model_source {source or 'absent'!r})"
+    if factory is not None:
+        try:
+            from ddpsim.workload.torch_import import import_torch_model
 
-        return (import_torch_model(factory, workload.batch_size, workload.precision, seq),
-                f"torch importer on {factory}")
-    except ScenarioError as err:
-        return None, f"the torch importer could not build {factory}: {err.detail}"
+            return (import_torch_model(factory, workload.batch_size, workload.precision, seq),
+                    f"torch importer on {factory}")
+        except ScenarioError as err:
+            why = f"the torch importer could not build {factory}: {err.detail}"
+    if name in ZOO_NAMES:
+        return zoo_workload(name, workload.batch_size, workload.precision, seq), f"zoo model {name}"
+    return None, why
