@@ -67,6 +67,14 @@ def _wait_for_workers(proc: subprocess.Popen, count: int, timeout_s: float = 60.
     raise AssertionError("the sweep started no workers")
 
 
+def _wait_for_a_saved_point(proc: subprocess.Popen, out, timeout_s: float = 120.0) -> None:
+    points = out / "points"
+    deadline = time.monotonic() + timeout_s
+    while not (points.exists() and any(points.iterdir())):
+        assert proc.poll() is None and time.monotonic() < deadline, "no point saved"
+        time.sleep(0.05)
+
+
 def _hidden_leftovers(folder) -> list[str]:
     return [os.path.join(root, name) for root, dirs, files in os.walk(folder) for name in dirs + files
             if name.startswith(".ddpsim-") or name.endswith(".tmp")]
@@ -83,7 +91,7 @@ def test_ctrl_c_stops_a_sweep_within_2_s_and_a_rerun_resumes(tmp_path):
     # a session of its own: Ctrl-C in a terminal signals the whole process group, workers included
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     workers = _wait_for_workers(proc, 2)
-    time.sleep(3.0)  # the workers are inside a simulation now
+    _wait_for_a_saved_point(proc, out)  # the workers are inside later simulations now, however slow the machine
     sent = time.monotonic()
     os.killpg(proc.pid, signal.SIGINT)
     code = proc.wait(timeout=30)

@@ -284,9 +284,14 @@ def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_
         # the retiring client is made here, not in the thread: a client created in another thread while the
         # sweep's client waits raced inside distributed on a loaded machine ("bound to a different event loop")
         workers = list(killer.scheduler_info()["workers"])
+        points = tmp_path / "out" / "points"
 
         def lose_one_worker() -> None:
-            time.sleep(0.5)
+            # after the first point is saved, not after a fixed time: the sweep has counted both workers by
+            # then, however slow the machine (a fixed 0.5 s could retire one before the sweep connected)
+            deadline = time.monotonic() + 120
+            while not (points.exists() and any(points.iterdir())) and time.monotonic() < deadline:
+                time.sleep(0.02)
             killer.retire_workers(workers[:1])
 
         thread = threading.Thread(target=lose_one_worker)

@@ -15,6 +15,7 @@ import importlib
 import io
 import itertools
 import json
+import logging
 import math
 import os
 import signal
@@ -449,6 +450,14 @@ def _run_dask(
                 finished = wait(list(pending), timeout=DASK_POLL_S, return_when="FIRST_COMPLETED").done
             except TimeoutError:  # nothing finished in this poll: Dask's wait raises rather than returns
                 finished = {f for f in pending if f.done()}
+            except Exception as exc:  # noqa: BLE001 - the scheduler is gone: Dask cancels every future
+                message = f"the Dask scheduler was lost ({type(exc).__name__}); the point was not simulated"
+                stream.write(f"warning: lost the Dask scheduler; {len(pending)} point(s) not simulated\n")
+                stream.flush()
+                for future in list(pending):
+                    done(by_key[future.key], {"status": STATUS_ERROR, "error": message})
+                pending.clear()
+                break
             for future in finished:
                 pending.discard(future)
                 try:
@@ -462,12 +471,14 @@ def _run_dask(
                 stream.flush()
             if count is not None:
                 known_workers = count
-            if not pending or count is None or count > 0:
+            if not pending or (count is not None and count > 0):
                 no_workers_since = None
                 continue
+            # no worker, or no answer from the scheduler (count None): either way nothing runs the points
             no_workers_since = no_workers_since or time.monotonic()
             if time.monotonic() - no_workers_since >= no_workers_s:
-                message = f"no Dask worker for {no_workers_s:.0f} s; the point was not simulated"
+                message = (f"no Dask worker for {no_workers_s:.0f} s" if count is not None else
+                           f"no answer from the Dask scheduler for {no_workers_s:.0f} s") + "; the point was not simulated"
                 for future in list(pending):
                     done(by_key[future.key], {"status": STATUS_ERROR, "error": message})
                 client.cancel(list(pending))
@@ -530,6 +541,8 @@ def run_sweep(
     from ddpsim.outdir import check_out_path, removed_if_left_empty
 
     check_out_path(out)
+    if dask_address:
+        _quiet_dask_logs()
     client = connect_dask(dask_address) if dask_address else None
     try:
         # a sweep that fails before its first point is saved leaves no empty folders behind
@@ -537,7 +550,16 @@ def run_sweep(
             return _execute(axes, points, file, base_dir, out, workers, client, progress, base)
     finally:
         if client is not None:
-            client.close()
+            client.close(timeout=DASK_CONNECT_TIMEOUT_S)
+
+
+def _quiet_dask_logs() -> None:
+    """distributed logs a lost scheduler or worker as ERROR with tracebacks (dozens of lines, some from its
+    reconnecting thread after the client is closed); the sweep says it in one line of its own, so the
+    client's logs below CRITICAL are held back for the rest of the process."""
+    for name in ("distributed", "distributed.client", "distributed.core", "distributed.comm", "distributed.utils",
+                 "distributed.batched"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
 
 
 def _execute(
