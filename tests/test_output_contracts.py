@@ -53,7 +53,7 @@ def sweep_dir(tmp_path_factory):
 
 def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--json", "--set", "cluster.inter_node.latency=7us"))
-    assert data["kind"] == "run-result" and data["schema_version"] == 2
+    assert data["kind"] == "run-result" and data["schema_version"] == 3
     # pyproject's version, which the package's __version__ repeats
     assert data["ddpsim_version"] == ddpsim.__version__
     scenario = data["resolved_scenario"]
@@ -263,7 +263,7 @@ def _fields(node, where=""):
 # removed or renamed: move that kind's schema_version, say what changed in docs/reference.md ("Output
 # contracts"), then update its line.
 FIELDS_AT_VERSION = {
-    "run-result": (2, "7ea7133007d7"),
+    "run-result": (3, "d752f78d9d84"),
     "sweep": (1, "91e089923235"),
     "sweep-point": (1, "39539896b787"),
     "scale": (1, "3a014881e068"),
