@@ -32,6 +32,7 @@ partly filled, a degraded link, DETAILED mode) is priced on every rank.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -464,6 +465,7 @@ class _RailNetwork:
                                np.repeat(group_crossing, 2) if self.groups > 1 else np.zeros(0)])
 
 
+@functools.lru_cache(maxsize=4)
 def _double_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
     """NCCL's double binary tree over n vertices, parents per vertex (-1: root):
     ``schedules.double_binary_tree`` as arrays."""
@@ -475,11 +477,16 @@ def _double_tree(n: int) -> tuple[np.ndarray, np.ndarray]:
     every = np.arange(n, dtype=np.int64)
     if n % 2:
         above = first[(every - 1) % n]
-        return first, np.where(above == -1, -1, (above + 1) % n)
-    mirrored = first[n - 1 - every]
-    return first, np.where(mirrored == -1, -1, n - 1 - mirrored)
+        second = np.where(above == -1, -1, (above + 1) % n)
+    else:
+        mirrored = first[n - 1 - every]
+        second = np.where(mirrored == -1, -1, n - 1 - mirrored)
+    first.setflags(write=False)  # kept by the cache: read only
+    second.setflags(write=False)
+    return first, second
 
 
+@functools.lru_cache(maxsize=16)
 def _tree_depth(n: int) -> int:
     """Edges from the deepest vertex to the root in the deeper tree (``schedules.tree_depth``)."""
     deepest = 0

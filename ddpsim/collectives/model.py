@@ -535,8 +535,12 @@ class CollectiveModel:
         return elapsed
 
     def _intra_capacity_Bps(self) -> np.ndarray:
-        topo = self.topology
-        return np.where(np.asarray(topo.link_class) == "intra", topo.capacity_Bps, 1e30)
+        cached = self.__dict__.get("_intra_capacity")
+        if cached is None:  # the link classes as an array once: a tuple of 100,000 names took a while each call
+            topo = self.topology
+            cached = self.__dict__["_intra_capacity"] = np.where(np.asarray(topo.link_class) == "intra",
+                                                                 topo.capacity_Bps, 1e30)
+        return cached
 
     def _rates(self, priced: _PricedPhase) -> np.ndarray:
         if priced.rate_Bps is None:

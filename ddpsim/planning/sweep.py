@@ -41,7 +41,8 @@ DASK_POLL_S = 1.0
 # Bump when the per-point JSON or the simulator changes meaning, so old points are not reused.
 # 2: torch model sources in the key; results carry the copy-out and wait parts of the step.
 # 3: results are run-result documents of schema_version 2 (resolved scenario, parameter names per bucket).
-# 4: run-result 3: workload.optimizer and activation_checkpointing; memory counts the optimizer's states.
+# 4: run-result 3: workload.optimizer and activation_checkpointing; memory counts the optimizer's states;
+#    the network_fold source and a third fabric tier in the resolved scenario.
 POINT_FORMAT = 4
 
 
