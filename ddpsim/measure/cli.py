@@ -15,9 +15,10 @@ import time
 from . import campaign, sharded_plan
 from .args import MeasureArgError, build_parser, parse_budget_s
 from .common import read_jsonl
-from .models import ModelArgError, resolve
+from .models import resolve
 from .plans import DEFAULT_MODELS, LINK_CLASSES, PLANS, shapes_for
 from .sharded_plan import DEFAULT_MODELS as SHARDED_MODELS
+from .spec import ModelArgError
 
 
 def _models(specs: list[str], sharded: bool = False) -> list[str]:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import sys
 import time
@@ -30,7 +29,6 @@ from dataclasses import replace
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .common import (
     Marker,
@@ -43,118 +41,14 @@ from .common import (
     quantile,
     synchronize,
 )
-from .models import ModelSpec, ddp_param_order, parse_model_arg, resolve
-from .worker import shape_setup
+from .models import SHARDING_MODELS as BUILTIN
+from .models import ddp_param_order, resolve
+from .shape import shape_setup
+from .spec import ModelSpec, parse_model_arg
 
 SCHEMA = "ddpsim.fsdp_run/1"
 STRATEGIES = ("ddp", "zero2", "zero3")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-# ----------------------------------------------------------------------------- a LLaMA-style decoder
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * self.weight
-
-
-class LlamaAttention(nn.Module):
-    def __init__(self, d, n_head):
-        super().__init__()
-        self.n_head = n_head
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = (p(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, hidden, bias=False)
-        self.up_proj = nn.Linear(d, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class LlamaBlock(nn.Module):
-    def __init__(self, d, n_head, hidden):
-        super().__init__()
-        self.self_attn = LlamaAttention(d, n_head)
-        self.mlp = LlamaMLP(d, hidden)
-        self.input_layernorm = RMSNorm(d)
-        self.post_attention_layernorm = RMSNorm(d)
-
-    def forward(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Llama(nn.Module):
-    """LLaMA's parameter layout (model.embed_tokens, model.layers.{i}.(self_attn|mlp|norms), model.norm, an untied
-    lm_head); positions are left out (no rotary embedding: it has no parameters and little compute)."""
-
-    def __init__(self, n_layer, d, n_head, hidden, vocab):
-        super().__init__()
-        self.model = nn.Module()
-        self.model.embed_tokens = nn.Embedding(vocab, d)
-        self.model.layers = nn.ModuleList([LlamaBlock(d, n_head, hidden) for _ in range(n_layer)])
-        self.model.norm = RMSNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02 / (math.sqrt(2 * n_layer) if name.endswith(("o_proj.weight",
-                                                                                           "down_proj.weight")) else 1))
-
-    def forward(self, idx):
-        x = self.model.embed_tokens(idx)
-        for block in self.model.layers:
-            x = block(x)
-        return self.lm_head(self.model.norm(x))
-
-
-def llama_1b():
-    """About 1.2 B parameters: 16 blocks of width 2048 (MLP 5504), vocabulary 32000."""
-    return Llama(16, 2048, 16, 5504, 32000)
-
-
-def llama_tiny():
-    """For CPU tests: 2 blocks of width 64."""
-    return Llama(2, 64, 4, 160, 128)
-
-
-def gpt_tiny():
-    """For CPU tests: GPT-2's layout (a tied lm_head) at 2 blocks of width 32."""
-    from .models import GPT
-
-    return GPT(n_layer=2, d=32, n_head=2, vocab=64, n_positions=32)
-
-
-def llama_tiny_meta():
-    """``torch:ddpsim.measure.fsdp:llama_tiny_meta`` for ddpsim's importer (the same model)."""
-    return llama_tiny()
-
-
-# source names this module: the loss is then models.default_custom_loss (logits flattened against the tokens
-# whatever the precision), the batch the "gpt" kind's random tokens
-BUILTIN = {
-    "llama-1b": ModelSpec("llama-1b", llama_1b, 4, "bf16-amp", 1024, "adamw", "gpt", vocab=32000,
-                          source="ddpsim.measure.fsdp:llama_1b"),
-    "llama-tiny": ModelSpec("llama-tiny", llama_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=128,
-                            source="ddpsim.measure.fsdp:llama_tiny"),
-    "gpt-tiny": ModelSpec("gpt-tiny", gpt_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=64,
-                          source="ddpsim.measure.fsdp:gpt_tiny"),
-}
 
 
 def resolve_model(name: str) -> ModelSpec:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .models import ModelArgError, ModelSpec
+from .spec import ModelArgError, ModelSpec
 
 DEFAULT_SEQ = 512
 

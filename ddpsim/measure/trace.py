@@ -25,7 +25,8 @@ import torch
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
-from .models import ModelArgError, ddp_param_order, resolve
+from .models import ddp_param_order, resolve
+from .spec import ModelArgError
 
 CAPTURE_KEY = "ddpsim_capture"  # read by ddpsim.workload.trace
 
