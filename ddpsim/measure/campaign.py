@@ -29,7 +29,7 @@ import sys
 import tarfile
 import time
 
-from .common import append_jsonl, read_jsonl
+from .records import append_jsonl, read_jsonl
 
 TRANSPORT_ENV = {
     "nvlink": {},
@@ -149,18 +149,26 @@ def run_launch(cmd, env, budget_s, log_path, grace_s=30):
                 status = "failed"
         except subprocess.TimeoutExpired:
             status = "timeout"
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    p.wait(timeout=10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            end_group(p)
             rc = p.returncode
+        except BaseException:  # Ctrl-C or SIGTERM in the parent: its own session does not see it
+            end_group(p, wait_s=5)
+            raise
     return status, rc, time.time() - t0
+
+
+def end_group(p: subprocess.Popen[bytes], wait_s: float = 10) -> None:
+    """SIGTERM to a launch's process group (torchrun and its ranks), SIGKILL if still there after ``wait_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
 
 
 def tail(path, n=3000):

@@ -2,7 +2,6 @@
 nccl-tests text writer.  Standard library + torch only."""
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -144,38 +143,10 @@ def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: 
 
 
 # ----------------------------------------------------------------------------- output
-def append_jsonl(path: str, obj: dict):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(obj, sort_keys=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json(path: str, obj: dict):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: str) -> list[dict]:
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass  # a line cut by a kill
-    return out
+# in records.py (no torch: the campaign driver reads them); here for the modules that take them from common
+from .records import append_jsonl as append_jsonl  # noqa: E402
+from .records import read_jsonl as read_jsonl  # noqa: E402
+from .records import write_json as write_json  # noqa: E402
 
 
 def nccl_tests_text(rec: dict) -> str:
