@@ -30,6 +30,9 @@ def load_model_source(what: str, local_files_only: bool = False):
     """(config, model class or None) that ``what`` names: a config class, a model class (with its
     config class's defaults), a config.json, or a hub name (``local_files_only``: the local cache's
     copy only, never the network)."""
+    if not os.path.isfile(what) and (what.endswith(".json") or what.startswith((".", "/", "~"))):
+        # a path, not a hub name: asking the hub would retry for half a minute without network
+        raise ModelArgError(f"model hf:{what}: no such file")
     try:
         import transformers
     except ImportError as e:
@@ -119,11 +122,13 @@ class _HFModel:
 
 
 def hf_spec(name: str, what: str, opts: dict[str, str]) -> ModelSpec:
+    if "seq" in opts and not opts["seq"].isdigit():  # before the config: loading one can take seconds
+        raise ModelArgError(f"model {name!r}: seq must be a positive integer, got {opts['seq']!r}")
     config, model_class = load_model_source(what)
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         raise ModelArgError(f"model {name!r}: the config has no vocab_size (token models only)")
-    seq = checked_seq(config, int(opts["seq"]) if opts.get("seq", "").isdigit() else None, name)
+    seq = checked_seq(config, int(opts["seq"]) if "seq" in opts else None, name)
     holder = _HFModel(config, vocab, seq, model_class)
     return ModelSpec(name, holder.build, 8, "bf16-amp", seq, "adamw", "hf", vocab=vocab, requires="transformers",
                      batch_fn=holder.make_batch, loss_fn=holder.loss, source=f"hf:{what}")
