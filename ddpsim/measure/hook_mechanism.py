@@ -43,7 +43,12 @@ import tempfile
 import time
 from collections import defaultdict
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from ddpsim.measure.needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 
 from ddpsim.measure.common import (

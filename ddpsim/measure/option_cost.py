@@ -33,7 +33,12 @@ import statistics
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from ddpsim.measure.needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
