@@ -26,7 +26,12 @@ import time
 import traceback
 from dataclasses import replace
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from .needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 import torch.nn as nn
 
