@@ -21,7 +21,12 @@ import os
 import sys
 import time
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from .needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
