@@ -148,3 +148,41 @@ def test_interrupting_measure_ends_its_launch_and_exits_130(sig, tmp_path):
     lines = stderr.strip().splitlines()
     assert lines == ["ddpsim: measure: interrupted (the same command resumes)"], stderr[-2000:]
     assert _processes_naming(str(out)) == []
+
+
+def _private_torch_uses(source: str) -> list[str]:
+    """``torch.x._y`` attribute chains and ``from torch._x import`` / ``import torch._x`` in a module."""
+    import ast
+
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute):
+            chain, inner = [node.attr], node.value
+            while isinstance(inner, ast.Attribute):
+                chain.append(inner.attr)
+                inner = inner.value
+            if isinstance(inner, ast.Name) and inner.id == "torch" and chain[0].startswith("_") \
+                    and not chain[0].startswith("__"):
+                found.append(".".join(["torch", *reversed(chain)]))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            found += [n for n in names if n.split(".")[0] == "torch" and any(p.startswith("_") for p in n.split("."))]
+    return found
+
+
+def test_the_harness_uses_no_private_torch_api():
+    assert sorted(_private_torch_uses("import torch\ntorch.cuda._sleep(10)\nfrom torch.utils._pytree import x\n")) == [
+        "torch.cuda._sleep", "torch.utils._pytree"]
+    uses = {p.name: _private_torch_uses(p.read_text()) for p in (ROOT / "ddpsim" / "measure").glob("*.py")}
+    assert not {name: found for name, found in uses.items() if found}
+
+
+def test_a_stream_hold_queues_enough_gate_kernels():
+    pytest.importorskip("torch")
+    from ddpsim.measure.common import gate_launches, hold_stream
+
+    assert gate_launches(0.02, 0.0003) == 67  # ceil(66.7)
+    assert gate_launches(0.02, 0.02) == 1 and gate_launches(1e-6, 0.001) == 1
+    import torch
+
+    hold_stream(torch.device("cpu"), 0.02)  # nothing to hold on the CPU: returns at once

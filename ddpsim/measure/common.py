@@ -2,6 +2,7 @@
 nccl-tests text writer.  Standard library + torch only."""
 from __future__ import annotations
 
+import math
 import os
 import socket
 import subprocess
@@ -57,11 +58,44 @@ class Marker:
         return self.t - start.t
 
 
-def hold_stream(device: torch.device, seconds: float):
-    """Hold the current stream for ``seconds`` (GPU spin kernel) so that work queued behind it starts together."""
+# the gate kernel: an n x n fp32 matmul (3 x 16 MiB at 2048), about 0.1-1 ms on a data-centre GPU, so that a
+# gate of 20 ms is some tens of launches: the CPU enqueues them, and the work behind, long before they end
+GATE_N = 2048
+_gates: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = {}
+
+
+def gate_launches(seconds: float, launch_s: float) -> int:
+    """Gate kernels to queue for a hold of ``seconds`` when one takes ``launch_s`` (at least one)."""
+    return max(1, math.ceil(seconds / launch_s))
+
+
+def _gate(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """This device's gate operands and one matmul's seconds, timed with CUDA events at first use."""
+    if device not in _gates:
+        a = torch.randn(GATE_N, GATE_N, device=device)
+        b = torch.randn(GATE_N, GATE_N, device=device)
+        c = torch.empty(GATE_N, GATE_N, device=device)
+        for _ in range(3):  # warm-up: cuBLAS's handle and workspace
+            torch.matmul(a, b, out=c)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reps = 10
+        start.record()
+        for _ in range(reps):
+            torch.matmul(a, b, out=c)
+        end.record()
+        end.synchronize()
+        _gates[device] = (a, b, c, max(start.elapsed_time(end) / 1e3 / reps, 1e-6))
+    return _gates[device]
+
+
+def hold_stream(device: torch.device, seconds: float) -> None:
+    """Hold the current stream for about ``seconds`` (matmuls calibrated on this GPU at first use) so that
+    work queued behind it starts together. Public torch API only (not torch.cuda._sleep, whose cycles
+    assumed a clock); exactness does not matter, the hold only has to outlast the CPU's enqueueing."""
     if device.type == "cuda" and seconds > 0:
-        # about 1.7-2 GHz: a spin of N cycles takes N / clock seconds; exactness does not matter
-        torch.cuda._sleep(int(seconds * 1.8e9))
+        a, b, c, launch_s = _gate(device)
+        for _ in range(gate_launches(seconds, launch_s)):
+            torch.matmul(a, b, out=c)
 
 
 def rank0_count(v: int, device: torch.device) -> int:
