@@ -25,6 +25,7 @@ import sys
 import time
 import traceback
 from dataclasses import replace
+from typing import Any
 
 try:
     import torch
@@ -178,7 +179,7 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
     peak = torch.cuda.max_memory_allocated(device) if cuda else None
     allocated = torch.cuda.memory_allocated(device) if cuda else None
     peaks = None
-    if cuda and dist.get_world_size() > 1:
+    if peak is not None and dist.get_world_size() > 1:
         t = torch.tensor([float(peak)], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, t)
@@ -244,7 +245,7 @@ def main(argv=None) -> int:
     shape, _nccl_log = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
     device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kw = {"device_id": device} if device.type == "cuda" else {}
+    kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=600), **kw)
     rank, world = dist.get_rank(), dist.get_world_size()
     fp = fingerprint(device, world, a.transport, hostname_count())
