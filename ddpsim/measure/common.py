@@ -35,11 +35,8 @@ class Marker:
     __slots__ = ("ev", "t")
 
     def __init__(self, device: torch.device):
-        if device.type == "cuda":
-            self.ev = torch.cuda.Event(enable_timing=True)
-        else:
-            self.ev = None
-        self.t = None
+        self.ev: torch.cuda.Event | None = torch.cuda.Event(enable_timing=True) if device.type == "cuda" else None
+        self.t: float | None = None
 
     def record(self, stream=None):
         if self.ev is not None:
@@ -53,8 +50,10 @@ class Marker:
 
     def seconds_since(self, start: Marker) -> float:
         """Seconds from start to self (call after synchronize)."""
-        if self.ev is not None:
+        if self.ev is not None and start.ev is not None:
             return start.ev.elapsed_time(self.ev) / 1e3
+        if self.t is None or start.t is None:
+            raise ValueError("seconds_since: both markers must be recorded, on the same kind of device")
         return self.t - start.t
 
 

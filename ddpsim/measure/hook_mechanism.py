@@ -42,6 +42,7 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any
 
 try:
     import torch
@@ -165,7 +166,7 @@ class Run:
         model = spec.build_on(device)
         model.train()
         self.n_params = len(ddp_param_order(model))
-        kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
+        kw: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
         self.ddp = DDP(model, bucket_cap_mb=cap_mb, **kw)
         self.hooks = Hooks(W, device)
         if variant == "cpp_allreduce":

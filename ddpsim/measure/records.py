@@ -25,7 +25,7 @@ def write_json(path: str, obj: dict):
 
 
 def read_jsonl(path: str) -> list[dict]:
-    out = []
+    out: list[dict] = []
     if not os.path.exists(path):
         return out
     with open(path) as f:
