@@ -111,7 +111,7 @@ def fsdp_units(model: nn.Module) -> list[dict]:
 
 
 def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
-         hsdp_nodes: int = 0):
+         hsdp_nodes: int = 0) -> nn.Module:
     """DDP, or fully_shard per block and on the root; ``hsdp_nodes`` > 1: a 2-D mesh that shards within each
     group of world / hsdp_nodes consecutive ranks (a node) and replicates across the groups (HSDP)."""
     if strategy == "ddp":
@@ -206,7 +206,7 @@ def plan(models: list[str], strategies: list[str], param_dtypes: list[str]) -> l
     return runs
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.fsdp", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder; fsdp_runs.jsonl is appended to")
     ap.add_argument("--models", default="gpt2-124m,llama-1b",
@@ -236,7 +236,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     specs = {m: resolve_model(m) for m in models}  # a typo fails before any process group exists
