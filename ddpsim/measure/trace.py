@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
 try:
     import torch
@@ -31,7 +32,7 @@ import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from .models import ddp_param_order, resolve
-from .spec import ModelArgError
+from .spec import ModelArgError, ModelSpec
 
 CAPTURE_KEY = "ddpsim_capture"  # read by ddpsim.workload.trace
 
@@ -45,7 +46,8 @@ def _rank_path(path: str, rank: int, world: int) -> str:
     return f"{path}.rank{rank:d}"
 
 
-def _hook_order(model, named, opt, spec, batch) -> list[str]:
+def _hook_order(model: torch.nn.Module, named: list[tuple[str, torch.nn.Parameter]], opt: torch.optim.Optimizer,
+                spec: ModelSpec, batch: Any) -> list[str]:
     """Parameter names in the order autograd accumulated their gradients, from one unprofiled step."""
     fired: list[str] = []
     handles = [p.register_post_accumulate_grad_hook(lambda _p, n=name: fired.append(n)) for name, p in named]
@@ -104,7 +106,7 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     written: list[str] = []
 
-    def ready(prof) -> None:
+    def ready(prof: profile) -> None:
         prof.export_chrome_trace(path)
         written.append(path)
 
