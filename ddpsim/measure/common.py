@@ -24,8 +24,16 @@ def quantile(xs: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def median(xs):
+def median(xs: list[float]) -> float | None:
     return quantile(xs, 0.5)
+
+
+def median_of(xs: list[float]) -> float:
+    """The median of values that exist (the caller computes with it): an empty list is an error."""
+    m = quantile(xs, 0.5)
+    if m is None:
+        raise ValueError("the median of no values")
+    return m
 
 
 # ----------------------------------------------------------------------------- timers
@@ -38,7 +46,7 @@ class Marker:
         self.ev: torch.cuda.Event | None = torch.cuda.Event(enable_timing=True) if device.type == "cuda" else None
         self.t: float | None = None
 
-    def record(self, stream=None):
+    def record(self, stream: torch.cuda.Stream | None = None) -> Marker:
         if self.ev is not None:
             if stream is None:
                 self.ev.record()
@@ -108,16 +116,16 @@ def rank0_count(v: int, device: torch.device) -> int:
     return int(t.item())
 
 
-def synchronize(device: torch.device):
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 # ----------------------------------------------------------------------------- fingerprint
-_DRIVER_CACHE = None
+_DRIVER_CACHE: tuple[str, int] | None = None
 
 
-def _nvidia_smi():
+def _nvidia_smi() -> tuple[str, int]:
     global _DRIVER_CACHE
     if _DRIVER_CACHE is None:
         try:
@@ -236,12 +244,13 @@ def parse_nccl_tests_text(text: str) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- shared by the worker modes
-def log(*a):
+def log(*a: object) -> None:
     print(f"[worker r{os.environ.get('RANK', '0')} {time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def stats3(xs):
-    return median(xs), quantile(xs, 0.1), quantile(xs, 0.9)
+def stats3(xs: list[float]) -> tuple[float, float, float]:
+    """Median, p10, p90 of values that exist (an empty list is an error)."""
+    return median_of(xs), quantile(xs, 0.1) or 0.0, quantile(xs, 0.9) or 0.0
 
 
 def get_device(local_rank: int) -> torch.device:
@@ -251,7 +260,7 @@ def get_device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def bcast_int(v: int, device) -> int:
+def bcast_int(v: int, device: torch.device) -> int:
     """Rank 0's value, agreed by all ranks (keeps collective counts identical)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return int(v)
@@ -260,7 +269,7 @@ def bcast_int(v: int, device) -> int:
     return int(t.item())
 
 
-def idle_sync_s(device, n=20):
+def idle_sync_s(device: torch.device, n: int = 20) -> float:
     """What one synchronize costs on an idle device: taken off each measured wait for the GPU."""
     synchronize(device)
     times = []
@@ -268,10 +277,10 @@ def idle_sync_s(device, n=20):
         t0 = time.perf_counter()
         synchronize(device)
         times.append(time.perf_counter() - t0)
-    return median(times)
+    return median_of(times)
 
 
-def wait_for_gpu_s(device, floor_s):
+def wait_for_gpu_s(device: torch.device, floor_s: float) -> float:
     """How long the host waits for the GPU from now, less one idle synchronize: called right after
     ``loss.backward()`` returns, how far the backward thread ran ahead of the GPU."""
     t0 = time.perf_counter()
@@ -279,7 +288,7 @@ def wait_for_gpu_s(device, floor_s):
     return max(0.0, time.perf_counter() - t0 - floor_s)
 
 
-def finish_launch(launch_id, t_start):
+def finish_launch(launch_id: str, t_start: float) -> None:
     try:
         dist.barrier()
         dist.destroy_process_group()

@@ -17,6 +17,7 @@ import importlib
 import math
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -30,7 +31,7 @@ from .spec import OPTIMIZERS, PRECISIONS, ModelArgError, ModelSpec, default_cust
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
         super().__init__()
         width = planes
         # Registration order as torchvision: conv1, bn1, conv2, bn2, conv3, bn3, relu, downsample
@@ -44,7 +45,7 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
         self.stride = stride
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -57,7 +58,7 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """torchvision.models.resnet50 parameter structure (v1.5: stride on the 3x3 conv)."""
 
-    def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
+    def __init__(self, layers: tuple[int, int, int, int] = (3, 4, 6, 3), num_classes: int = 1000):
         super().__init__()
         self.inplanes = 64
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
@@ -77,7 +78,7 @@ class ResNet(nn.Module):
                 nn.init.constant_(m.weight, 1)
                 nn.init.constant_(m.bias, 0)
 
-    def _make_layer(self, planes, blocks, stride=1):
+    def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
             downsample = nn.Sequential(
@@ -90,26 +91,26 @@ class ResNet(nn.Module):
             layers.append(Bottleneck(self.inplanes, planes))
         return nn.Sequential(*layers)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = torch.flatten(self.avgpool(x), 1)
         return self.fc(x)
 
 
-def resnet50():
+def resnet50() -> nn.Module:
     return ResNet((3, 4, 6, 3))
 
 
 # ----------------------------------------------------------------------------- GPT-2
 class Attention(nn.Module):
-    def __init__(self, d, n_head):
+    def __init__(self, d: int, n_head: int):
         super().__init__()
         self.n_head = n_head
         self.c_attn = nn.Linear(d, 3 * d)
         self.c_proj = nn.Linear(d, d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
@@ -121,24 +122,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d: int):
         super().__init__()
         self.c_fc = nn.Linear(d, 4 * d)
         self.c_proj = nn.Linear(4 * d, d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
 class Block(nn.Module):
-    def __init__(self, d, n_head):
+    def __init__(self, d: int, n_head: int):
         super().__init__()
         self.ln_1 = nn.LayerNorm(d)
         self.attn = Attention(d, n_head)
         self.ln_2 = nn.LayerNorm(d)
         self.mlp = MLP(d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
@@ -147,7 +148,7 @@ class GPT(nn.Module):
     """GPT-2 small class: names wte, wpe, h.{i}.(ln_1|attn.c_attn|attn.c_proj|ln_2|mlp.c_fc|mlp.c_proj), ln_f;
     lm_head tied to wte (counted once by DDP)."""
 
-    def __init__(self, n_layer=12, d=768, n_head=12, vocab=50257, n_positions=1024):
+    def __init__(self, n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 50257, n_positions: int = 1024):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(n_positions, d)
@@ -162,7 +163,7 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, idx):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
@@ -171,14 +172,14 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def gpt2_124m():
+def gpt2_124m() -> nn.Module:
     return GPT()
 
 
 # ----------------------------------------------------------------------------- MLP-heavy
-def _linear_stack(width, depth, activation):
+def _linear_stack(width: int, depth: int, activation: Callable[[], nn.Module]) -> nn.Sequential:
     """nn.Sequential(Linear, act, Linear, ..., Linear): parameters "0.weight", "0.bias", "2.weight", ..."""
-    mods = []
+    mods: list[nn.Module] = []
     for i in range(depth):
         mods.append(nn.Linear(width, width))
         if i < depth - 1:
@@ -186,17 +187,17 @@ def _linear_stack(width, depth, activation):
     return nn.Sequential(*mods)
 
 
-def mlp_heavy(width=4096, depth=8):
+def mlp_heavy(width: int = 4096, depth: int = 8) -> nn.Module:
     return _linear_stack(width, depth, nn.ReLU)
 
 
-def mlp_wide(width=8192, depth=3):
+def mlp_wide(width: int = 8192, depth: int = 3) -> nn.Module:
     """A communication-bound model no shipped calibration was fitted on: three 8192-wide layers (805 MB
     of fp32 parameters, each larger than any bucket cap) with GELU, little compute per byte."""
     return _linear_stack(width, depth, nn.GELU)
 
 
-def tiny_mlp():
+def tiny_mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
@@ -205,7 +206,7 @@ class BertLarge(nn.Module):
     """BERT-large-like encoder on nn.TransformerEncoder: 24 post-LN layers, d=1024, 16 heads, FFN 4096,
     word/position/type embeddings, MLM head (dense + LayerNorm, decoder tied to the word embedding)."""
 
-    def __init__(self, n_layer=24, d=1024, n_head=16, vocab=30522, n_positions=512):
+    def __init__(self, n_layer: int = 24, d: int = 1024, n_head: int = 16, vocab: int = 30522, n_positions: int = 512):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, d)
         self.position_embeddings = nn.Embedding(n_positions, d)
@@ -220,7 +221,7 @@ class BertLarge(nn.Module):
         self.decoder = nn.Linear(d, vocab)
         self.decoder.weight = self.word_embeddings.weight  # tied, as in BERT's MLM head
 
-    def forward(self, idx):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.word_embeddings(idx) + self.position_embeddings(pos) + self.token_type_embeddings(
@@ -230,19 +231,19 @@ class BertLarge(nn.Module):
         return self.decoder(x)
 
 
-def bert_large():
+def bert_large() -> nn.Module:
     return BertLarge()
 
 
-def vit_b16():
+def vit_b16() -> nn.Module:
     import torchvision  # optional dependency: the spec is skipped with the import error when missing
 
     return torchvision.models.vit_b_16(weights=None)
 
 
-def mlp_ln_64(width=1024, depth=64):
+def mlp_ln_64(width: int = 1024, depth: int = 64) -> nn.Module:
     """64 x (Linear, LayerNorm, GELU): many small gradient tensors (192), launch-bound."""
-    mods = []
+    mods: list[nn.Module] = []
     for _ in range(depth):
         mods += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
     mods.append(nn.Linear(width, width))
@@ -276,13 +277,14 @@ class _Factory:
         except ImportError as e:
             raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import ({e})") from e
         self.target = target
-        self.factory = getattr(module, fn_name, None)
-        if not callable(self.factory):
+        factory = getattr(module, fn_name, None)
+        if not callable(factory):
             raise ModelArgError(f"model {target!r}: {mod_name!r} has no callable {fn_name!r}")
+        self.factory: Callable[[], Any] = factory
         self.batch_fn: Callable | None = None
         self.loss_fn: Callable | None = None
 
-    def _call(self):
+    def _call(self) -> nn.Module:
         made = self.factory()
         if not isinstance(made, (tuple, list)) or len(made) not in (2, 3) or not isinstance(made[0], nn.Module):
             raise ModelArgError(f"model {self.target!r}: factory() must return (model, make_batch) or "
@@ -295,12 +297,13 @@ class _Factory:
     def build(self) -> nn.Module:
         return self._call()
 
-    def make_batch(self, batch_size, device, seed):
+    def make_batch(self, batch_size: int, device: torch.device | str, seed: int) -> Any:
         if self.batch_fn is None:
             self._call()  # a batch asked for before any model: learn the batch function first
+        assert self.batch_fn is not None  # _call sets it
         return self.batch_fn(batch_size, device, seed)
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         if self.batch_fn is None:
             self._call()
         return (self.loss_fn or default_custom_loss)(model, batch)
@@ -378,11 +381,11 @@ def file_stem(name: str, batch_size: int | None = None, default_bs: int | None =
     return stem
 
 
-def ddp_param_order(model: nn.Module):
+def ddp_param_order(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """(name, param) in DDP's registration order: named_modules() walk, each module's own
     parameters (recurse=False), requires_grad only, shared parameters once."""
-    seen = set()
-    out = []
+    seen: set[int] = set()
+    out: list[tuple[str, nn.Parameter]] = []
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             if not p.requires_grad or id(p) in seen:
@@ -396,10 +399,10 @@ def buffers_bytes(model: nn.Module) -> int:
     return sum(b.numel() * b.element_size() for b in model.buffers())
 
 
-def example_factory():
+def example_factory() -> tuple[nn.Module, Callable[[int, torch.device | str, int], Any]]:
     """The ``module:factory`` convention, as used by tests: ``--models ddpsim.measure.models:example_factory``."""
 
-    def make_batch(batch_size, device, seed):
+    def make_batch(batch_size: int, device: torch.device | str, seed: int) -> Any:
         g = torch.Generator(device="cpu").manual_seed(seed)
         x = torch.randn(batch_size, 12, generator=g).to(device)
         return x, torch.randint(0, 3, (batch_size,), generator=g).to(device)

@@ -6,7 +6,7 @@ import json
 import os
 
 
-def append_jsonl(path: str, obj: dict):
+def append_jsonl(path: str, obj: dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "a") as f:
         f.write(json.dumps(obj, sort_keys=False) + "\n")
@@ -14,7 +14,7 @@ def append_jsonl(path: str, obj: dict):
         os.fsync(f.fileno())
 
 
-def write_json(path: str, obj: dict):
+def write_json(path: str, obj: dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

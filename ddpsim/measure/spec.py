@@ -4,8 +4,9 @@ both build specs (torch + stdlib only)."""
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -39,11 +40,11 @@ def parse_model_arg(text: str) -> tuple[str, dict[str, str]]:
     return name, options
 
 
-def parameters_off_device(model: nn.Module, device) -> list[str]:
+def parameters_off_device(model: nn.Module, device: torch.device | str) -> list[str]:
     """Names of the parameters and buffers of ``model`` that are not on ``device`` (empty: all there)."""
     want = torch.device(device)
 
-    def off(t):
+    def off(t: torch.Tensor) -> bool:
         return t.device.type != want.type or (want.index is not None and t.device.index != want.index)
 
     names = [n for n, p in model.named_parameters() if off(p)]
@@ -76,7 +77,7 @@ class ModelSpec:
                 return False, f"{self.requires} not importable: {e!r}"
         return True, None
 
-    def build_on(self, device) -> nn.Module:
+    def build_on(self, device: torch.device | str) -> nn.Module:
         """A fresh model whose every parameter and buffer lives on ``device``.
 
         A factory may ignore the device context and build on the CPU: the model is moved. One whose
@@ -96,22 +97,23 @@ class ModelSpec:
                                f"moving it there (first: {off[0]})")
         return model
 
-    def make_batch(self, device, seed=1234):
+    def make_batch(self, device: torch.device | str, seed: int = 1234) -> Any:
         if self.batch_fn is not None:
             return self.batch_fn(self.batch_size, device, seed)
         g = torch.Generator(device="cpu").manual_seed(seed)
+        seq_len = self.seq_len or 0  # sequence kinds always name theirs
         if self.kind == "gpt":
-            tok = torch.randint(0, self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
+            tok = torch.randint(0, self.vocab, (self.batch_size, seq_len + 1), generator=g)
             tok = tok.to(device)
             return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
         if self.kind == "mlm":  # synthetic masked-LM: predict random tokens at every position
-            tok = torch.randint(0, self.vocab, (2, self.batch_size, self.seq_len), generator=g).to(device)
+            tok = torch.randint(0, self.vocab, (2, self.batch_size, seq_len), generator=g).to(device)
             return tok[0].contiguous(), tok[1].contiguous()
         x = torch.randn((self.batch_size,) + tuple(self.in_shape), generator=g).to(device)
         y = torch.randint(0, self.num_classes, (self.batch_size,), generator=g).to(device)
         return x, y
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         if self.source != "builtin":
             # a user's model: its loss (or the default one), under bf16 autocast when asked for
             fn = self.loss_fn or default_custom_loss
@@ -129,13 +131,13 @@ class ModelSpec:
         # sequence models give (batch, tokens, vocab) logits: flattened, as under autocast above
         return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
 
-    def make_optimizer(self, params):
+    def make_optimizer(self, params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
         if self.optimizer == "adamw":
             return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
         return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
-def _batch_device_type(batch) -> str:
+def _batch_device_type(batch: Any) -> str:
     if isinstance(batch, torch.Tensor):
         return batch.device.type
     if isinstance(batch, dict):
@@ -145,7 +147,7 @@ def _batch_device_type(batch) -> str:
     return "cpu"
 
 
-def default_custom_loss(model, batch):
+def default_custom_loss(model: nn.Module, batch: Any) -> torch.Tensor:
     if isinstance(batch, (tuple, list)) and len(batch) == 2:
         x, y = batch
         out = model(x)
