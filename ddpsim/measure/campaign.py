@@ -336,7 +336,8 @@ def summary(out: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.campaign", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--fresh", action="store_true",
                     help="delete the harness's result files already in DIR (jsonl, .txt sweeps, profiles/, logs/) "
