@@ -20,7 +20,7 @@ from ddpsim.sharded.units import shard_units  # noqa: E402
 from ddpsim.workload.resolve import load_workload  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FACTORIES = {"llama-tiny": "llama_tiny_meta", "gpt-tiny": "gpt_tiny"}
+FACTORIES = {"llama-tiny": "ddpsim.measure.llama:llama_tiny_meta", "gpt-tiny": "ddpsim.measure.models:gpt_tiny"}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +55,7 @@ def test_fully_shards_units_are_ddpsims_units(records):
     for name, factory in FACTORIES.items():
         real = next(r["units"] for r in records if r["model"] == name and r["strategy"] == "zero3")
         spec = resolve_model(name)
-        workload = load_workload(WorkloadSpec(model=f"torch:ddpsim.measure.fsdp:{factory}",
+        workload = load_workload(WorkloadSpec(model=f"torch:{factory}",
                                               batch_size=spec.batch_size, seq_len=spec.seq_len), ROOT)
         simulated = [(u.name, u.numel) for u in shard_units(workload)]
         assert sorted((u["name"], u["numel"]) for u in real) == sorted(simulated), name

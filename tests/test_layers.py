@@ -70,11 +70,23 @@ def _type_checking_lines(tree: ast.AST) -> set[int]:
     return lines
 
 
+def _absolute(node: ast.ImportFrom, importer: str, is_package: bool) -> str | None:
+    """The module a ``from`` import names, a relative one (``from .models import X``, ``from . import
+    x``) resolved against the importing module ``importer``."""
+    if node.level == 0:
+        return node.module
+    parts = importer.split(".") if is_package else importer.split(".")[:-1]
+    base = parts[:len(parts) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imported_names(path: pathlib.Path, prefix: str, with_type_checking: bool,
-                    module_level_only: bool = False) -> list[tuple[str, str | None]]:
+                    module_level_only: bool = False, package: pathlib.Path = PACKAGE) -> list[tuple[str, str | None]]:
     """(module, name imported from it or None) for every import of ``prefix`` in the file: anywhere, or
-    only those that run when the module is imported (``module_level_only``: not in a function's body)."""
+    only those that run when the module is imported (``module_level_only``: not in a function's body).
+    Relative imports count as the absolute module they name."""
     tree = ast.parse(path.read_text())
+    importer, is_package = _module_name(path, package), path.name == "__init__.py"
     exempt = set() if with_type_checking else _type_checking_lines(tree)
     if module_level_only:
         for node in ast.walk(tree):
@@ -84,8 +96,9 @@ def _imported_names(path: pathlib.Path, prefix: str, with_type_checking: bool,
     for node in ast.walk(tree):
         if getattr(node, "lineno", None) in exempt:
             continue
-        if isinstance(node, ast.ImportFrom) and node.module and _under(node.module, prefix):
-            found += [(node.module, alias.name) for alias in node.names]
+        if isinstance(node, ast.ImportFrom) and (module := _absolute(node, importer, is_package)) \
+                and _under(module, prefix):
+            found += [(module, alias.name) for alias in node.names]
         elif isinstance(node, ast.Import):
             found += [(alias.name, None) for alias in node.names if _under(alias.name, prefix)]
     return found
@@ -107,7 +120,7 @@ def import_graph(package: pathlib.Path = PACKAGE, at_import_time: bool = False) 
         own = module.split(".") + ([""] if path.name == "__init__.py" else [])
         targets = set()
         for imported, name in _imported_names(path, package.name, with_type_checking=not at_import_time,
-                                              module_level_only=at_import_time):
+                                              module_level_only=at_import_time, package=package):
             target = f"{imported}.{name}" if name is not None and f"{imported}.{name}" in paths else imported
             parts = target.split(".")
             passed = [".".join(parts[:i]) for i in range(1, len(parts)) if parts[:i] != own[:i]] if at_import_time else []
@@ -241,6 +254,10 @@ def test_the_checker_sees_a_cycle_hidden_in_a_function_or_type_checking(tmp_path
     assert import_cycles(graph) == [["toy.a", "toy.sub.b", "toy.sub.c", "toy.a"]]
     (package / "sub" / "c.py").write_text("")
     assert import_cycles(import_graph(package)) == []
+    # relative imports name the same modules: sub/b.py -> sub/c.py -> toy/a.py -> sub/b.py
+    (package / "sub" / "b.py").write_text("def f():\n    from . import c\n")
+    (package / "sub" / "c.py").write_text("from .. import a\n")
+    assert import_cycles(import_graph(package)) == [["toy.a", "toy.sub.b", "toy.sub.c", "toy.a"]]
 
 
 def test_the_import_time_checker_follows_package_inits(tmp_path):

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 nn = torch.nn
 
 from ddpsim.measure import cli, models, plans, profile  # noqa: E402
+from ddpsim.measure.spec import parameters_off_device  # noqa: E402
 
 USER_MODULE = textwrap.dedent('''
     import torch
@@ -67,8 +68,8 @@ def test_each_build_of_a_factory_model_honours_the_device_context(user_module):
 def test_build_on_moves_a_model_built_elsewhere_and_checks_every_tensor(user_module):
     spec = models.resolve(f"{user_module}:on_cpu_always")
     model = spec.build_on("meta")
-    assert models.parameters_off_device(model, "meta") == []
-    assert models.parameters_off_device(model, "cpu") == ["0.weight", "0.bias", "1.weight", "1.bias"]
+    assert parameters_off_device(model, "meta") == []
+    assert parameters_off_device(model, "cpu") == ["0.weight", "0.bias", "1.weight", "1.bias"]
 
 
 def test_a_model_that_cannot_reach_the_device_is_refused_before_profile_and_ddp(user_module):

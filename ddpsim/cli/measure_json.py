@@ -21,7 +21,7 @@ def measure_document(out: str, plan: dict[str, Any], exit_code: int, wall_s: flo
     """The ``measure`` document (ddpsim/schemas/measure.schema.json): the plan, and the records the folder holds
     by file and status (a resumed campaign counts the earlier launches' records too)."""
     from ddpsim.measure.cli import _next_commands
-    from ddpsim.measure.common import read_jsonl
+    from ddpsim.measure.records import read_jsonl
     from ddpsim.schemas import document
 
     def by_status(name: str) -> dict[str, int]:

@@ -31,7 +31,8 @@ ESTIMATED_COMPUTE = ("estimated from the model's FLOPs: no world-size-1 profile 
                      "precision beside the records (ddpsim measure --plan sharded writes one)")
 FILE_NAME = "fsdp_runs.jsonl"
 # the harness's own built-ins, imported by ddpsim from the harness module (the same nn.Module, meta device)
-HARNESS_FACTORIES = {"llama-1b": "llama_1b", "llama-tiny": "llama_tiny", "gpt-tiny": "gpt_tiny"}
+HARNESS_FACTORIES = {"llama-1b": "ddpsim.measure.llama:llama_1b", "llama-tiny": "ddpsim.measure.llama:llama_tiny",
+                     "gpt-tiny": "ddpsim.measure.models:gpt_tiny"}
 _PRECISION_WORDS = {"bf16": "bf16-amp", "bf16-amp": "bf16-amp", "fp32": "fp32", "fp16-amp": "fp16-amp"}
 
 
@@ -79,7 +80,7 @@ def _model(run: dict[str, Any]) -> str:
     if name in ZOO_NAMES:
         return name
     if name in HARNESS_FACTORIES:
-        return f"torch:ddpsim.measure.fsdp:{HARNESS_FACTORIES[name]}"
+        return f"torch:{HARNESS_FACTORIES[name]}"
     if ":" in name and not name.startswith("hf:"):
         return f"torch:{name}"
     raise ScenarioError(f"model {name!r} is neither in ddpsim's zoo nor a module:factory ddpsim can import",

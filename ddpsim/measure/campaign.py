@@ -28,8 +28,10 @@ import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
-from .common import append_jsonl, read_jsonl
+from .records import append_jsonl, read_jsonl
 
 TRANSPORT_ENV = {
     "nvlink": {},
@@ -47,7 +49,7 @@ TRANSPORT_WEIGHT = {"nvlink": 1.0, "shm": 1.3, "socket": 2.2}
 PROFILE_S_PER_MODEL = 25.0
 
 
-def launch_budget_s(kind, remaining_s, weight, remaining_weight, n_models):
+def launch_budget_s(kind: str, remaining_s: float, weight: float, remaining_weight: float, n_models: int) -> float:
     """One launch's share of what is left of the campaign's budget, by weight; the profile and microbench
     launches are cheap and needed, so the weights never starve them."""
     budget = remaining_s * weight / remaining_weight if remaining_weight > 0 else remaining_s
@@ -65,7 +67,7 @@ RESULT_DIRS = ("profiles", "logs")
 RESULT_GLOBS = ("allreduce_*_w*.txt",)
 
 
-def existing_results(out):
+def existing_results(out: str) -> list[str]:
     """Paths of harness result files/folders already in DIR (sorted)."""
     found = [os.path.join(out, f) for f in RESULT_FILES if os.path.lexists(os.path.join(out, f))]
     found += [os.path.join(out, d) for d in RESULT_DIRS if os.path.lexists(os.path.join(out, d))]
@@ -74,7 +76,7 @@ def existing_results(out):
     return sorted(found)
 
 
-def remove_results(paths):
+def remove_results(paths: list[str]) -> None:
     for p in paths:
         if os.path.isdir(p) and not os.path.islink(p):
             shutil.rmtree(p)
@@ -82,7 +84,7 @@ def remove_results(paths):
             os.remove(p)
 
 
-def gpu_list(cpu_slots=0):
+def gpu_list(cpu_slots: int = 0) -> list[str]:
     if cpu_slots:
         return ["cpu"] * cpu_slots  # dry run on CPU with gloo (tests, checking a command before GPU time)
     vis = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -107,13 +109,13 @@ INTER_NODE_ENV = {"NCCL_NET": "Socket", "NCCL_IB_DISABLE": "1", "NCCL_MNNVL_ENAB
 NCCL_DEBUG_ENV = {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,GRAPH,ENV,TUNING,NET"}
 
 
-def parse_shape(s):
+def parse_shape(s: str) -> Shape:
     """'2x2' -> (nodes, gpus_per_node)."""
     n, g = s.lower().split("x")
     return int(n), int(g)
 
 
-def launch_env(transport, gpus, nodes=1, nccl_debug=False):
+def launch_env(transport: str, gpus: list[str], nodes: int = 1, nccl_debug: bool = False) -> dict[str, str]:
     env = dict(os.environ)
     for k in ("NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_NET", "NCCL_IB_DISABLE", "NCCL_HOSTID",
               "NCCL_DEBUG_FILE"):
@@ -134,7 +136,8 @@ def launch_env(transport, gpus, nodes=1, nccl_debug=False):
     return env
 
 
-def run_launch(cmd, env, budget_s, log_path, grace_s=30):
+def run_launch(cmd: list[str], env: dict[str, str], budget_s: float, log_path: str,
+               grace_s: float = 30) -> tuple[str, int | None, float]:
     """Run one subprocess in its own process group; kill the group after budget_s + grace_s."""
     t0 = time.time()
     os.makedirs(os.path.dirname(log_path), exist_ok=True)
@@ -149,21 +152,29 @@ def run_launch(cmd, env, budget_s, log_path, grace_s=30):
                 status = "failed"
         except subprocess.TimeoutExpired:
             status = "timeout"
-            for sig in (signal.SIGTERM, signal.SIGKILL):
-                try:
-                    os.killpg(p.pid, sig)
-                except ProcessLookupError:
-                    break
-                try:
-                    p.wait(timeout=10)
-                    break
-                except subprocess.TimeoutExpired:
-                    continue
+            end_group(p)
             rc = p.returncode
+        except BaseException:  # Ctrl-C or SIGTERM in the parent: its own session does not see it
+            end_group(p, wait_s=5)
+            raise
     return status, rc, time.time() - t0
 
 
-def tail(path, n=3000):
+def end_group(p: subprocess.Popen[bytes], wait_s: float = 10) -> None:
+    """SIGTERM to a launch's process group (torchrun and its ranks), SIGKILL if still there after ``wait_s``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            p.wait(timeout=wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def tail(path: str, n: int = 3000) -> str:
     try:
         with open(path, errors="replace") as f:
             return f.read()[-n:]
@@ -171,7 +182,7 @@ def tail(path, n=3000):
         return ""
 
 
-def pack(out, extra=None):
+def pack(out: str, extra: str | None = None) -> None:
     tmp = os.path.join(out, "campaign.tar.gz.tmp")
     with tarfile.open(tmp, "w:gz") as tf:
         for root, _dirs, files in os.walk(out):
@@ -189,13 +200,16 @@ def pack(out, extra=None):
         os.replace(extra + ".tmp", extra)
 
 
-def expected_configs(models, caps, timing_cap):
+def expected_configs(models: list[str], caps: list[int | float],
+                     timing_cap: int | float | None) -> list[tuple[str, int | float, str]]:
     """The pre-interleaving plan (kept for callers of the old API)."""
     from .runner import plan_configs
     return plan_configs(models, caps, timing_cap)
 
 
-def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, reference, cap_models=None):
+def expected_runs(models: list[str], caps: list[int | float], variants: list[str], batch_sizes: list[int] | None,
+                  variant_caps: list[int | float] | None, timing_cap: int | float | None, reference: RunKey | None,
+                  cap_models: list[str] | None = None) -> list[RunKey]:
     """(model, batch_size, cap, variant) a launch should write, batch sizes resolved."""
     from .models import resolve
     from .runner import plan_runs
@@ -203,7 +217,7 @@ def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap,
     keys = plan_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap, cap_models)
     if reference is not None and reference not in keys:
         keys.append(reference)
-    out = []
+    out: list[RunKey] = []
     for m, bs, cap, var in keys:
         try:
             rbs = resolve(m, bs).batch_size
@@ -213,7 +227,7 @@ def expected_runs(models, caps, variants, batch_sizes, variant_caps, timing_cap,
     return out
 
 
-def failures_of(out, launch_ids):
+def failures_of(out: str, launch_ids: set[str]) -> int:
     """Launches of ``launch_ids`` that did not end ok, and DDP configurations of them recorded as failed."""
     launches = [r for r in read_jsonl(os.path.join(out, "launches.jsonl"))
                 if r.get("launch_id") in launch_ids and r.get("status") != "ok"]
@@ -222,13 +236,13 @@ def failures_of(out, launch_ids):
     return len(launches) + len(runs)
 
 
-def done_launches(out):
+def done_launches(out: str) -> set[tuple[Any, Any, Any, Any]]:
     """(kind, transport, world size, nodes) of the launches in DIR/launches.jsonl that ended ok."""
     return {(r.get("kind"), r.get("transport"), r.get("world_size"), r.get("nodes"))
             for r in read_jsonl(os.path.join(out, "launches.jsonl")) if r.get("status") == "ok"}
 
 
-def _what(kind, transport, nodes, gpus_per_node):
+def _what(kind: str, transport: str, nodes: int, gpus_per_node: int) -> str:
     world = nodes * gpus_per_node
     if kind == "profile":
         return f"world-size-1 profiles ({world} GPU{'s' if world > 1 else ''} at once)"
@@ -237,7 +251,7 @@ def _what(kind, transport, nodes, gpus_per_node):
             "microbench": "micro-benchmarks"}.get(kind, kind) + f" over {transport}, {shape}"
 
 
-def record_missing(out, launch_id, base, keys, why):
+def record_missing(out: str, launch_id: str, base: dict[str, Any], keys: list[RunKey], why: str) -> int:
     """Configurations a launch never wrote: record them as failed."""
     have = {(r.get("model"), r.get("batch_size"), str(r.get("bucket_cap_mb")), r.get("variant", "none"))
             for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl")) if r.get("launch_id") == launch_id}
@@ -256,7 +270,7 @@ def record_missing(out, launch_id, base, keys, why):
     return n
 
 
-def trim_nccl_logs(out):
+def trim_nccl_logs(out: str) -> None:
     """logs/nccl_<launch>_r0.log -> .trimmed.txt beside it (INIT/GRAPH lines, no per-call TUNING lines)."""
     from . import nccl_log
 
@@ -265,7 +279,7 @@ def trim_nccl_logs(out):
             f.write(nccl_log.trim(nccl_log.read_from(p)))
 
 
-def summary(out):
+def summary(out: str) -> str:
     runs = read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
     ar = read_jsonl(os.path.join(out, "allreduce.jsonl"))
     lines = ["", "=== all-reduce (smallest / largest size; NCCL's pick per size where logged) ==="]
@@ -282,7 +296,7 @@ def summary(out):
         else:
             lines.append(f"{tag} FAILED {(r.get('error') or '')[-200:]}")
     lines.append("=== ddp runs: ok/failed/skipped per launch ===")
-    agg = {}
+    agg: dict[Any, dict[str, int]] = {}
     for r in runs:
         k = r.get("launch_id")
         agg.setdefault(k, {"ok": 0, "failed": 0, "skipped": 0})
@@ -321,8 +335,9 @@ def summary(out):
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.campaign", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
     ap.add_argument("--fresh", action="store_true",
                     help="delete the harness's result files already in DIR (jsonl, .txt sweeps, profiles/, logs/) "
@@ -374,26 +389,66 @@ def main(argv=None):
     ap.add_argument("--resume", action="store_true",
                     help="DIR holds an earlier run of this plan: skip the launches that ended ok, rerun the rest")
     ap.add_argument("--pack-to", default=None, help="also copy the tarball here after every launch")
-    a = ap.parse_args(argv)
+    return ap
 
-    t0 = time.time()
-    out = os.path.abspath(a.out)
+
+Shape = tuple[int, int]  # (nodes, GPUs per node)
+RunKey = tuple[str, int | None, int | float | None, str]  # (model, batch size, cap MB, variant)
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One subprocess of the campaign: ``kind`` profile / sweep / repeat / microbench over ``transport`` on
+    ``shape``; ``index`` numbers its launch id, ``weight`` its share of the budget."""
+    kind: str
+    transport: str
+    shape: Shape
+    index: int
+    weight: float
+
+    @property
+    def world(self) -> int:
+        return self.shape[0] * self.shape[1]
+
+
+@dataclass
+class CampaignPlan:
+    """What the options ask for, resolved: the launches in order and what each sweep should write."""
+    out: str
+    gpus: list[str]
+    models: list[str]
+    caps: str
+    caps_l: list[int | float]
+    variants: list[str]
+    batch_sizes: list[int] | None
+    variant_caps: list[int | float] | None
+    cap_models: list[str] | None
+    timing_cap: int | float | None
+    steps: int
+    net_steps: int
+    reference: RunKey | None
+    launches: list[Launch] = field(default_factory=list)
+
+
+def _refuse_folder(a: argparse.Namespace, out: str) -> str | None:
+    """Why DIR cannot be used with these options (None: it can); --fresh removes the earlier results here."""
     if a.fresh and a.repeat_only:
-        print("[campaign] --fresh and --repeat-only contradict (--repeat-only appends to DIR's results)",
-              file=sys.stderr, flush=True)
-        return 2
+        return "--fresh and --repeat-only contradict (--repeat-only appends to DIR's results)"
     if a.fresh and a.resume:
-        print("[campaign] --fresh and --resume contradict (--resume keeps DIR's results)", file=sys.stderr, flush=True)
-        return 2
+        return "--fresh and --resume contradict (--resume keeps DIR's results)"
     old = existing_results(out) if os.path.isdir(out) else []
     if old and a.fresh:
         remove_results(old)
         print(f"[campaign] --fresh: removed {len(old)} earlier result path(s) from {out}", flush=True)
     elif old and not a.repeat_only and not a.resume:
-        print(f"[campaign] {out} already holds results ({', '.join(os.path.basename(p) for p in old)}): "
-              "pass --fresh to delete them first, or use another --out", file=sys.stderr, flush=True)
-        return 2
-    os.makedirs(out, exist_ok=True)
+        return (f"{out} already holds results ({', '.join(os.path.basename(p) for p in old)}): "
+                "pass --fresh to delete them first, or use another --out")
+    return None
+
+
+def plan_campaign(a: argparse.Namespace, out: str) -> CampaignPlan:
+    """The launch list from the options: (kind, transport, shape, index, weight); a shape with G == 1 has no
+    intra-node transport: one launch, labelled 'socket' (everything goes through the network transport)."""
     from .runner import cap_value, parse_list, parse_reference
 
     gpus = gpu_list(a.cpu_slots)
@@ -410,24 +465,20 @@ def main(argv=None):
     models = [m for m in a.models.split(",") if m]
     timing_cap = None if a.timing_cap in ("none", "") else cap_value(a.timing_cap)
     caps_l = [cap_value(c) for c in caps.split(",")]
-    variants = [v for v in a.variants.split(",") if v]
-    batch_sizes = parse_list(a.batch_sizes)
-    variant_caps = parse_list(a.variant_caps, cap_value)
-    cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
     steps = a.steps or (3 if a.quick else 30)
-    net_steps = a.net_steps or steps
     if a.reference is not None:
         reference = parse_reference(a.reference, models[0])
     else:
         reference = (models[0], None, timing_cap if timing_cap in caps_l else caps_l[0], "none")
-
-    # launch list: (kind, transport, (nodes, G), n, weight); a shape with G == 1 has no intra-node transport:
-    # one launch, labelled 'socket' (everything goes through the network transport)
-    launches = []
+    plan = CampaignPlan(out, gpus, models, caps, caps_l, [v for v in a.variants.split(",") if v],
+                        parse_list(a.batch_sizes), parse_list(a.variant_caps, cap_value),
+                        [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None,
+                        timing_cap, steps, a.net_steps or steps, reference)
+    launches = plan.launches
     if not a.no_profile and not a.repeat_only and gpus:
         # small weight: launch_budget_s gives the profile launch what its models need
         n_prof = a.profile_gpus or max([s[0] * s[1] for s in shapes_ok] or [1])
-        launches.append(("profile", "none", (1, min(n_prof, len(gpus))), 0, 0.1 + 0.05 * len(models)))
+        launches.append(Launch("profile", "none", (1, min(n_prof, len(gpus))), 0, 0.1 + 0.05 * len(models)))
     units = []
     for shp in shapes_ok:
         trs = ["socket"] if (shp[1] == 1 and shp[0] > 1) else transports
@@ -439,155 +490,189 @@ def main(argv=None):
             units.append((tr, shp, w))
     if not a.repeat_only:
         for tr, shp, w in units:
-            launches.append(("sweep", tr, shp, a.launch_index_base, w))
+            launches.append(Launch("sweep", tr, shp, a.launch_index_base, w))
     if a.microbench and not a.repeat_only and gpus:
         W = max(s[0] * s[1] for s in shapes_ok) if shapes_ok else len(gpus)
-        launches.append(("microbench", "nvlink", (1, W), a.launch_index_base, 0.2))
+        launches.append(Launch("microbench", "nvlink", (1, W), a.launch_index_base, 0.2))
     for n in range(1, a.repeat + 1):
         for tr, shp, w in units:
-            launches.append(("repeat", tr, shp, a.launch_index_base + n, 0.25 * w))
+            launches.append(Launch("repeat", tr, shp, a.launch_index_base + n, 0.25 * w))
+    return plan
 
-    used = {r.get("launch_id") for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))}
-    used |= {r.get("launch_id") for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))}
-    with open(os.path.join(out, "campaign_args.json"), "w") as f:
-        json.dump({"argv": sys.argv, "args": vars(a), "gpus": gpus, "launches": [x[:4] for x in launches]}, f,
-                  indent=1)
 
-    mod_prefix = __package__ or "ddpsim.measure"
-    worker_mod = mod_prefix + ".worker"
+def _launch_id(launch: Launch, used: set[str]) -> str:
+    """A launch id not in ``used`` (added to it): sweeps count up from their index past earlier launches'."""
+    N, G = launch.shape
+    if launch.kind not in ("sweep", "repeat"):
+        return {"profile": f"profile_w{launch.world:d}_0",
+                "microbench": f"microbench_w{launch.world:d}_{launch.index:d}"}[launch.kind]
+    base = f"{launch.transport}_w{launch.world:d}" if N == 1 else f"{launch.transport}_{N:d}x{G:d}"
+    m = launch.index
+    while f"{base}_{m:d}" in used:
+        m += 1
+    used.add(f"{base}_{m:d}")
+    return f"{base}_{m:d}"
+
+
+def expected_of(a: argparse.Namespace, plan: CampaignPlan, launch: Launch) -> list[RunKey]:
+    """The DDP configurations a sweep or repeat launch should write (none for the others, or --skip-ddp)."""
+    from .runner import cap_value
+
+    if launch.kind == "sweep" and not a.skip_ddp:
+        return expected_runs(plan.models, plan.caps_l, plan.variants, plan.batch_sizes, plan.variant_caps,
+                             plan.timing_cap, plan.reference, plan.cap_models)
+    if launch.kind == "repeat" and not a.skip_ddp:
+        return expected_runs(plan.models, [cap_value(c) for c in a.repeat_caps.split(",")], ["none"],
+                             plan.batch_sizes, None, None, plan.reference)
+    return []
+
+
+def launch_command(a: argparse.Namespace, plan: CampaignPlan, launch: Launch, lid: str,
+                   budget: float) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of one launch."""
+    kind, tr, (N, G), W = launch.kind, launch.transport, launch.shape, launch.world
+    worker_mod = (__package__ or "ddpsim.measure") + ".worker"
     common_args = ["--models", a.models, "--round-warmup", str(a.round_warmup), "--max-live", str(a.max_live)]
     if a.batch_sizes:
         common_args += ["--batch-sizes", a.batch_sizes]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}"]
+    if kind == "profile":
+        # several GPUs: under torchrun, each rank profiles the same model at the same time, so the host
+        # runs as many processes as in the DDP launches that follow
+        runner = [sys.executable] if W == 1 else torchrun
+        cmd = runner + ["-m", worker_mod, "--mode", "profile", "--out", plan.out, "--launch-id", lid,
+                        "--budget-s", str(budget - 10)] + common_args
+        if a.quick:
+            cmd += ["--quick", "--profile-iters", "3"]
+        return cmd, launch_env("nvlink", plan.gpus[:W])
+    if kind == "microbench":
+        cmd = torchrun + ["-m", worker_mod, "--mode", "microbench", "--out", plan.out, "--transport", tr,
+                          "--launch-id", lid, "--budget-s", str(max(10.0, budget - 15))]
+        return cmd, launch_env(tr, plan.gpus[:W])
+    run_caps, run_variants = (plan.caps, a.variants) if kind == "sweep" else (a.repeat_caps, "none")
+    st = plan.net_steps if (tr == "socket" or N > 1) else plan.steps
+    cmd = torchrun + ["-m", worker_mod, "--mode", "sweep", "--out", plan.out, "--transport", tr, "--launch-id", lid,
+                      "--caps", run_caps, "--variants", run_variants, "--steps", str(st), "--rounds", str(a.rounds),
+                      "--budget-s", str(max(10.0, budget - 15))] + common_args
+    ref = plan.reference
+    cmd += ["--reference", "none" if ref is None else ":".join([ref[0], str(ref[2]), ref[3]])]
+    if a.variant_caps and kind == "sweep":
+        cmd += ["--variant-caps", a.variant_caps]
+    if a.cap_sweep_models and kind == "sweep":
+        cmd += ["--cap-sweep-models", a.cap_sweep_models]
+    if a.skip_ddp:
+        cmd += ["--skip-ddp"]
+    if N > 1:
+        cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
+        if a.net_probe:  # repeat launches too: the probe's launch-to-launch spread on one allocation
+            cmd += ["--net-probe", "--net-probe-rounds", str(a.net_probe_rounds)]
+    if a.overlap_bench and kind == "sweep":
+        cmd += ["--overlap-bench"]
+    if kind == "repeat":
+        cmd += ["--skip-allreduce", "--no-timing-run"]
+    else:
+        if plan.timing_cap is None:
+            cmd += ["--no-timing-run"]
+        else:
+            cmd += ["--timing-cap", str(plan.timing_cap)]
+        if a.skip_allreduce:
+            cmd += ["--skip-allreduce"]
+        cmd += ["--algos", a.algos, "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget))]
+        if a.quick or a.cpu_slots:
+            # a quick sweep still leaves its latency floor (calibrate refuses one that stops on it: 1 MiB
+            # did on a CPU dry run); on CPU slots 1 MiB keeps the dry run short
+            cmd += ["--allreduce-max-bytes", str(1 << 20 if a.cpu_slots else 1 << 28)]
+    cmd += ["--nosync-steps", str(max(3, min(10, int(st * 0.5))))]
+    if a.quick:
+        cmd += ["--quick", "--warmup", "3"]
+    return cmd, launch_env(tr, plan.gpus[:W], N, nccl_debug=not a.no_nccl_debug and not a.cpu_slots)
+
+
+def _miss_base(launch: Launch) -> dict[str, Any]:
+    """The shape fields of a configuration recorded as failed (never written by its launch)."""
+    N, G = launch.shape
+    return {"world_size": launch.world, "transport": launch.transport, "nodes": N, "gpus_per_node": G,
+            "nodes_emulated": N > 1, "inter_node_transport": "socket" if N > 1 else None}
+
+
+def record_launch(a: argparse.Namespace, plan: CampaignPlan, launch: Launch, lid: str, keys: list[RunKey],
+                  outcome: tuple[str, int | None, float], cmd: list[str], env: dict[str, str], budget: float,
+                  t0: float) -> None:
+    """After a launch: its record, the configurations and sweeps it never wrote recorded as failed."""
+    status, rc, wall = outcome
+    out, tr, W = plan.out, launch.transport, launch.world
+    N, G = launch.shape
+    logtail = tail(os.path.join(out, "logs", lid + ".log"))
+    append_jsonl(os.path.join(out, "launches.jsonl"), {
+        "launch_id": lid, "kind": launch.kind, "transport": tr, "world_size": W, "nodes": N, "gpus_per_node": G,
+        "status": status, "rc": rc, "wall_s": wall, "budget_s": budget, "cmd": cmd,
+        "nccl_env": {k: v for k, v in env.items() if k.startswith("NCCL_")},
+        "t_start_s": time.time() - t0 - wall, "log_tail": logtail[-1500:] if status != "ok" else None})
+    print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} {status} rc={rc} in {wall:.0f}s", flush=True)
+    if status != "ok":
+        print(logtail[-1500:], flush=True)
+    if launch.kind not in ("sweep", "repeat"):
+        return
+    nmiss = record_missing(out, lid, _miss_base(launch), keys,
+                           f"not run: launch {lid} ended with {status} (rc={rc}); see logs/{lid}.log")
+    if nmiss:
+        print(f"[campaign] {nmiss:d} configurations of {lid} recorded as failed (never written)", flush=True)
+    if launch.kind == "sweep" and not a.skip_allreduce:
+        have = {r.get("algorithm_forced") or "default" for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))
+                if r.get("launch_id") == lid}
+        for algo in [x for x in a.algos.split(",") if x]:
+            if algo not in have:
+                append_jsonl(os.path.join(out, "allreduce.jsonl"), {
+                    "schema": "ddpsim.allreduce/1", "status": "failed", "world_size": W, "transport": tr,
+                    "launch_id": lid, "dtype": "float32", "rows": [], "fingerprint": None,
+                    "nodes": N, "gpus_per_node": G, "algorithm_forced": None if algo == "default" else algo,
+                    "error": f"launch {lid} ended with {status} (rc={rc}): {logtail[-800:]}"})
+
+
+def run_campaign(a: argparse.Namespace, plan: CampaignPlan, t0: float) -> set[str]:
+    """Every launch of the plan in turn, each within its share of the budget; the launch ids that ran."""
+    out, launches = plan.out, plan.launches
+    used = {r.get("launch_id") for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))}
+    used |= {r.get("launch_id") for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))}
+    used_ids = {str(x) for x in used if x is not None}
     done = done_launches(out) if a.resume else set()
     ran: set[str] = set()  # launch ids of this invocation
-    for i, (kind, tr, (N, G), n, wgt) in enumerate(launches):
-        W = N * G
-        if (kind, tr, W, N) in done:
-            print(f"[campaign] [{i + 1}/{len(launches)}] {kind} {tr} {N}x{G}: done in an earlier run, skipped",
-                  flush=True)
+    for i, launch in enumerate(launches):
+        (N, G), W = launch.shape, launch.world
+        if (launch.kind, launch.transport, W, N) in done:
+            print(f"[campaign] [{i + 1}/{len(launches)}] {launch.kind} {launch.transport} {N}x{G}: done in an "
+                  "earlier run, skipped", flush=True)
             continue
         remaining = a.budget_s - (time.time() - t0)
-        budget = launch_budget_s(kind, remaining, wgt, sum(x[4] for x in launches[i:]), len(models))
-        net = tr == "socket" or N > 1
-        if kind in ("sweep", "repeat"):
-            m = n
-            base = f"{tr}_w{W:d}" if N == 1 else f"{tr}_{N:d}x{G:d}"
-            while f"{base}_{m:d}" in used:
-                m += 1
-            lid = f"{base}_{m:d}"
-            used.add(lid)
-            if kind == "sweep":
-                run_caps, run_variants, run_ref = caps, a.variants, reference
-                keys = expected_runs(models, caps_l, variants, batch_sizes, variant_caps, timing_cap, reference,
-                                     cap_models)
-            else:
-                run_caps, run_variants, run_ref = a.repeat_caps, "none", reference
-                keys = expected_runs(models, [cap_value(c) for c in a.repeat_caps.split(",")], ["none"],
-                                     batch_sizes, None, None, reference)
-            miss_base = {"world_size": W, "transport": tr, "nodes": N, "gpus_per_node": G,
-                         "nodes_emulated": N > 1,
-                         "inter_node_transport": "socket" if N > 1 else None}
-        else:
-            lid = {"profile": f"profile_w{W:d}_0", "microbench": f"microbench_w{W:d}_{n:d}"}[kind]
-            keys, miss_base = [], {}
+        budget = launch_budget_s(launch.kind, remaining, launch.weight, sum(x.weight for x in launches[i:]),
+                                 len(plan.models))
+        lid = _launch_id(launch, used_ids)
+        keys = expected_of(a, plan, launch)
         if remaining < 20 or budget < 15:
-            print(f"[campaign] out of budget: skipping {kind} {lid}", flush=True)
+            print(f"[campaign] out of budget: skipping {launch.kind} {lid}", flush=True)
             if keys:
-                record_missing(out, lid, miss_base, keys, "not run: campaign budget exhausted before this launch")
+                record_missing(out, lid, _miss_base(launch), keys,
+                               "not run: campaign budget exhausted before this launch")
             continue
-        if kind == "profile":
-            # several GPUs: under torchrun, each rank profiles the same model at the same time, so the host
-            # runs as many processes as in the DDP launches that follow
-            runner = [sys.executable] if W == 1 else [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                                      f"--nproc_per_node={W:d}"]
-            cmd = runner + ["-m", worker_mod, "--mode", "profile", "--out", out, "--launch-id", lid,
-                            "--budget-s", str(budget - 10)] + common_args
-            if a.quick:
-                cmd += ["--quick", "--profile-iters", "3"]
-            env = launch_env("nvlink", gpus[:W])
-        elif kind == "microbench":
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
-                   "-m", worker_mod, "--mode", "microbench", "--out", out, "--transport", tr, "--launch-id", lid,
-                   "--budget-s", str(max(10.0, budget - 15))]
-            env = launch_env(tr, gpus[:W])
-        else:
-            st = net_steps if net else steps
-            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={W:d}",
-                   "-m", worker_mod, "--mode", "sweep", "--out", out, "--transport", tr, "--launch-id", lid,
-                   "--caps", run_caps, "--variants", run_variants, "--steps", str(st), "--rounds", str(a.rounds),
-                   "--budget-s", str(max(10.0, budget - 15))] + common_args
-            cmd += ["--reference", "none" if run_ref is None else ":".join(
-                [run_ref[0], str(run_ref[2]), run_ref[3]])]
-            if a.variant_caps and kind == "sweep":
-                cmd += ["--variant-caps", a.variant_caps]
-            if a.cap_sweep_models and kind == "sweep":
-                cmd += ["--cap-sweep-models", a.cap_sweep_models]
-            if a.skip_ddp:
-                cmd += ["--skip-ddp"]
-                keys = []
-            if N > 1:
-                cmd += ["--gpus-per-node", str(G), "--inter-node-transport", "socket"]
-                if a.net_probe:  # repeat launches too: the probe's launch-to-launch spread on one allocation
-                    cmd += ["--net-probe", "--net-probe-rounds", str(a.net_probe_rounds)]
-            if a.overlap_bench and kind == "sweep":
-                cmd += ["--overlap-bench"]
-            if kind == "repeat":
-                cmd += ["--skip-allreduce", "--no-timing-run"]
-            else:
-                if timing_cap is None:
-                    cmd += ["--no-timing-run"]
-                else:
-                    cmd += ["--timing-cap", str(timing_cap)]
-                if a.skip_allreduce:
-                    cmd += ["--skip-allreduce"]
-                cmd += ["--algos", a.algos,
-                        "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget))]
-                if a.quick or a.cpu_slots:
-                    # a quick sweep still leaves its latency floor (calibrate refuses one that stops on it: 1 MiB
-                    # did on a CPU dry run); on CPU slots 1 MiB keeps the dry run short
-                    cmd += ["--allreduce-max-bytes", str(1 << 20 if a.cpu_slots else 1 << 28)]
-            cmd += ["--nosync-steps", str(max(3, min(10, int(st * 0.5))))]
-            if a.quick:
-                cmd += ["--quick", "--warmup", "3"]
-            env = launch_env(tr, gpus[:W], N, nccl_debug=not a.no_nccl_debug and not a.cpu_slots)
-        print(f"[campaign] [{i + 1}/{len(launches)}] {_what(kind, tr, N, G)}: launch {lid}, up to {budget:.0f} s; "
-              f"{time.time() - t0:.0f} s gone, {remaining:.0f} s of the budget left", flush=True)
+        cmd, env = launch_command(a, plan, launch, lid, budget)
+        print(f"[campaign] [{i + 1}/{len(launches)}] {_what(launch.kind, launch.transport, N, G)}: launch {lid}, "
+              f"up to {budget:.0f} s; {time.time() - t0:.0f} s gone, {remaining:.0f} s of the budget left", flush=True)
         print(f"[campaign]     {' '.join(cmd[2:])}", flush=True)
-        status, rc, wall = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
+        outcome = run_launch(cmd, env, budget, os.path.join(out, "logs", lid + ".log"))
         ran.add(lid)
-        logtail = tail(os.path.join(out, "logs", lid + ".log"))
-        append_jsonl(os.path.join(out, "launches.jsonl"), {
-            "launch_id": lid, "kind": kind, "transport": tr, "world_size": W, "nodes": N, "gpus_per_node": G,
-            "status": status, "rc": rc, "wall_s": wall, "budget_s": budget, "cmd": cmd,
-            "nccl_env": {k: v for k, v in env.items() if k.startswith("NCCL_")},
-            "t_start_s": time.time() - t0 - wall, "log_tail": logtail[-1500:] if status != "ok" else None})
-        print(f"[campaign] {time.time() - t0:5.0f}s  launch {lid!s:<16} {status} rc={rc} in {wall:.0f}s",
-              flush=True)
-        if status != "ok":
-            print(logtail[-1500:], flush=True)
-        if kind in ("sweep", "repeat"):
-            nmiss = record_missing(out, lid, miss_base, keys,
-                                   f"not run: launch {lid} ended with {status} (rc={rc}); see logs/{lid}.log")
-            if nmiss:
-                print(f"[campaign] {nmiss:d} configurations of {lid} recorded as failed (never written)",
-                      flush=True)
-            if kind == "sweep" and not a.skip_allreduce:
-                have = {r.get("algorithm_forced") or "default" for r in read_jsonl(os.path.join(out, "allreduce.jsonl"))
-                        if r.get("launch_id") == lid}
-                for algo in [x for x in a.algos.split(",") if x]:
-                    if algo not in have:
-                        append_jsonl(os.path.join(out, "allreduce.jsonl"), {
-                            "schema": "ddpsim.allreduce/1", "status": "failed", "world_size": W, "transport": tr,
-                            "launch_id": lid, "dtype": "float32", "rows": [], "fingerprint": None,
-                            "nodes": N, "gpus_per_node": G, "algorithm_forced": None if algo == "default" else algo,
-                            "error": f"launch {lid} ended with {status} (rc={rc}): {logtail[-800:]}"})
+        record_launch(a, plan, launch, lid, keys, outcome, cmd, env, budget, t0)
         try:
             trim_nccl_logs(out)
             pack(out, a.pack_to)
         except Exception as e:  # noqa: BLE001
             print(f"[campaign] pack failed: {e!r}", flush=True)
+    return ran
+
+
+def report(out: str, ran: set[str], t0: float, pack_to: str | None) -> int:
+    """The packed folder and its summary; the exit code (1: some launch or configuration of ``ran`` failed)."""
     trim_nccl_logs(out)
-    pack(out, a.pack_to)
+    pack(out, pack_to)
     print(summary(out), flush=True)
     print(f"[campaign] done in {time.time() - t0:.0f}s -> {os.path.join(out, 'campaign.tar.gz')}", flush=True)
     failed = failures_of(out, ran)
@@ -595,6 +680,23 @@ def main(argv=None):
         print(f"[campaign] {failed} launches or configurations failed (exit 1): see the records' errors and logs/",
               flush=True)
     return 1 if failed else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    t0 = time.time()
+    out = os.path.abspath(a.out)
+    refused = _refuse_folder(a, out)
+    if refused:
+        print(f"[campaign] {refused}", file=sys.stderr, flush=True)
+        return 2
+    os.makedirs(out, exist_ok=True)
+    plan = plan_campaign(a, out)
+    with open(os.path.join(out, "campaign_args.json"), "w") as f:
+        json.dump({"argv": sys.argv, "args": vars(a), "gpus": plan.gpus,
+                   "launches": [[x.kind, x.transport, list(x.shape), x.index] for x in plan.launches]}, f, indent=1)
+    ran = run_campaign(a, plan, t0)
+    return report(out, ran, t0, a.pack_to)
 
 
 if __name__ == "__main__":

@@ -9,18 +9,49 @@ import argparse
 import json
 import os
 import re
+import signal
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from . import campaign, sharded_plan
 from .args import MeasureArgError, build_parser, parse_budget_s
-from .common import read_jsonl
-from .models import ModelArgError, resolve
 from .plans import DEFAULT_MODELS, LINK_CLASSES, PLANS, shapes_for
+from .records import read_jsonl
 from .sharded_plan import DEFAULT_MODELS as SHARDED_MODELS
+
+EXIT_INTERRUPTED = 130  # as ddpsim's other commands: 128 + SIGINT
+
+
+def _require_torch() -> None:
+    """The harness runs models with torch: without it, say what to install (before anything is written)."""
+    try:
+        import torch  # noqa: F401
+    except ModuleNotFoundError as e:
+        raise MeasureArgError(f"needs torch, which does not import here ({e}): pip install torch "
+                              "(the harness needs torch and the Python standard library only)") from None
+
+
+def _out_folder(text: str) -> str:
+    """``--out`` as an absolute path, refused when it names a file or lies under one, or cannot be created."""
+    out = os.path.abspath(text)
+    if os.path.exists(out) and not os.path.isdir(out):
+        raise MeasureArgError(f"--out {text}: is a file, not a folder")
+    parent = out
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise MeasureArgError(f"--out {text}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise MeasureArgError(f"--out {text}: {parent} is not writable")
+    return out
 
 
 def _models(specs: list[str], sharded: bool = False) -> list[str]:
+    from .models import resolve
+    from .spec import ModelArgError
+
     for spec in specs:
         if "," in spec:
             raise MeasureArgError(f"--model {spec!r}: one model per --model (repeat the flag), no commas")
@@ -155,23 +186,52 @@ def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[
             f"<model>.json` in a scenario (profiled: {stems}); calibrate needs a host of 2 or more GPUs"]
 
 
+@contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM ends the campaign as Ctrl-C does: its launch's process group is ended, exit 130."""
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt("terminated")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     try:
         a = ap.parse_args(argv)
     except SystemExit as e:
         return int(e.code or 0)
-    return run(a)
+    try:
+        with _sigterm_as_interrupt():
+            return run(a)
+    except KeyboardInterrupt:
+        # run_launch has ended the launch's process group; the folder resumes with the same command
+        lead = "\n" if sys.stderr.isatty() else ""
+        print(f"{lead}ddpsim: measure: interrupted (the same command resumes)", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def run(a: argparse.Namespace) -> int:
     """One measurement campaign from parsed arguments (``ddpsim measure``); the exit code."""
     try:
+        # every option and path first, then torch and the models, the GPUs last
         plan = PLANS[a.plan]
         budget_s = parse_budget_s(a.budget) if a.budget else plan.budget_s
+        link_classes = _link_classes(a.link_classes)
+        if a.cpu_slots < 0:
+            raise MeasureArgError(f"--cpu-slots {a.cpu_slots}: expected 1 or more (0: the host's GPUs)")
+        out = _out_folder(a.out)
+        _require_torch()
         default_models = SHARDED_MODELS if plan.name == "sharded" else DEFAULT_MODELS
         models = _models(a.model or list(default_models), sharded=plan.name == "sharded")
-        link_classes = _link_classes(a.link_classes)
         gpus = campaign.gpu_list(a.cpu_slots)
         if not gpus:
             raise MeasureArgError("no GPU found (nvidia-smi, torch.cuda): run it on a GPU host, or --cpu-slots N "
@@ -179,7 +239,6 @@ def run(a: argparse.Namespace) -> int:
         shapes = _shapes(a.shapes, len(gpus))
         if plan.name == "sharded" and len(gpus) < 2:
             raise MeasureArgError("--plan sharded: needs a host of 2 or more GPUs (it shards over all of them)")
-        out = os.path.abspath(a.out)
         record = {"plan": plan.name, "models": models, "shapes": shapes, "link_classes": link_classes,
                   "budget_s": budget_s, "devices": len(gpus), "cpu_dry_run": bool(a.cpu_slots)}
         resume = _check_folder(out, record, a.fresh)

@@ -2,7 +2,7 @@
 nccl-tests text writer.  Standard library + torch only."""
 from __future__ import annotations
 
-import json
+import math
 import os
 import socket
 import subprocess
@@ -24,8 +24,16 @@ def quantile(xs: list[float], q: float) -> float | None:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def median(xs):
+def median(xs: list[float]) -> float | None:
     return quantile(xs, 0.5)
+
+
+def median_of(xs: list[float]) -> float:
+    """The median of values that exist (the caller computes with it): an empty list is an error."""
+    m = quantile(xs, 0.5)
+    if m is None:
+        raise ValueError("the median of no values")
+    return m
 
 
 # ----------------------------------------------------------------------------- timers
@@ -35,13 +43,10 @@ class Marker:
     __slots__ = ("ev", "t")
 
     def __init__(self, device: torch.device):
-        if device.type == "cuda":
-            self.ev = torch.cuda.Event(enable_timing=True)
-        else:
-            self.ev = None
-        self.t = None
+        self.ev: torch.cuda.Event | None = torch.cuda.Event(enable_timing=True) if device.type == "cuda" else None
+        self.t: float | None = None
 
-    def record(self, stream=None):
+    def record(self, stream: torch.cuda.Stream | None = None) -> Marker:
         if self.ev is not None:
             if stream is None:
                 self.ev.record()
@@ -53,16 +58,51 @@ class Marker:
 
     def seconds_since(self, start: Marker) -> float:
         """Seconds from start to self (call after synchronize)."""
-        if self.ev is not None:
+        if self.ev is not None and start.ev is not None:
             return start.ev.elapsed_time(self.ev) / 1e3
+        if self.t is None or start.t is None:
+            raise ValueError("seconds_since: both markers must be recorded, on the same kind of device")
         return self.t - start.t
 
 
-def hold_stream(device: torch.device, seconds: float):
-    """Hold the current stream for ``seconds`` (GPU spin kernel) so that work queued behind it starts together."""
+# the gate kernel: an n x n fp32 matmul (3 x 16 MiB at 2048), about 0.1-1 ms on a data-centre GPU, so that a
+# gate of 20 ms is some tens of launches: the CPU enqueues them, and the work behind, long before they end
+GATE_N = 2048
+_gates: dict[torch.device, tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]] = {}
+
+
+def gate_launches(seconds: float, launch_s: float) -> int:
+    """Gate kernels to queue for a hold of ``seconds`` when one takes ``launch_s`` (at least one)."""
+    return max(1, math.ceil(seconds / launch_s))
+
+
+def _gate(device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, float]:
+    """This device's gate operands and one matmul's seconds, timed with CUDA events at first use."""
+    if device not in _gates:
+        a = torch.randn(GATE_N, GATE_N, device=device)
+        b = torch.randn(GATE_N, GATE_N, device=device)
+        c = torch.empty(GATE_N, GATE_N, device=device)
+        for _ in range(3):  # warm-up: cuBLAS's handle and workspace
+            torch.matmul(a, b, out=c)
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        reps = 10
+        start.record()
+        for _ in range(reps):
+            torch.matmul(a, b, out=c)
+        end.record()
+        end.synchronize()
+        _gates[device] = (a, b, c, max(start.elapsed_time(end) / 1e3 / reps, 1e-6))
+    return _gates[device]
+
+
+def hold_stream(device: torch.device, seconds: float) -> None:
+    """Hold the current stream for about ``seconds`` (matmuls calibrated on this GPU at first use) so that
+    work queued behind it starts together. Public torch API only (not torch.cuda._sleep, whose cycles
+    assumed a clock); exactness does not matter, the hold only has to outlast the CPU's enqueueing."""
     if device.type == "cuda" and seconds > 0:
-        # about 1.7-2 GHz: a spin of N cycles takes N / clock seconds; exactness does not matter
-        torch.cuda._sleep(int(seconds * 1.8e9))
+        a, b, c, launch_s = _gate(device)
+        for _ in range(gate_launches(seconds, launch_s)):
+            torch.matmul(a, b, out=c)
 
 
 def rank0_count(v: int, device: torch.device) -> int:
@@ -76,16 +116,16 @@ def rank0_count(v: int, device: torch.device) -> int:
     return int(t.item())
 
 
-def synchronize(device: torch.device):
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
 # ----------------------------------------------------------------------------- fingerprint
-_DRIVER_CACHE = None
+_DRIVER_CACHE: tuple[str, int] | None = None
 
 
-def _nvidia_smi():
+def _nvidia_smi() -> tuple[str, int]:
     global _DRIVER_CACHE
     if _DRIVER_CACHE is None:
         try:
@@ -144,38 +184,10 @@ def fingerprint(device: torch.device, world_size: int, transport: str, n_hosts: 
 
 
 # ----------------------------------------------------------------------------- output
-def append_jsonl(path: str, obj: dict):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(obj, sort_keys=False) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def write_json(path: str, obj: dict):
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def read_jsonl(path: str) -> list[dict]:
-    out = []
-    if not os.path.exists(path):
-        return out
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                out.append(json.loads(line))
-            except ValueError:
-                pass  # a line cut by a kill
-    return out
+# in records.py (no torch: the campaign driver reads them); here for the modules that take them from common
+from .records import append_jsonl as append_jsonl  # noqa: E402
+from .records import read_jsonl as read_jsonl  # noqa: E402
+from .records import write_json as write_json  # noqa: E402
 
 
 def nccl_tests_text(rec: dict) -> str:
@@ -232,12 +244,13 @@ def parse_nccl_tests_text(text: str) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- shared by the worker modes
-def log(*a):
+def log(*a: object) -> None:
     print(f"[worker r{os.environ.get('RANK', '0')} {time.strftime('%H:%M:%S')}]", *a, flush=True)
 
 
-def stats3(xs):
-    return median(xs), quantile(xs, 0.1), quantile(xs, 0.9)
+def stats3(xs: list[float]) -> tuple[float, float, float]:
+    """Median, p10, p90 of values that exist (an empty list is an error)."""
+    return median_of(xs), quantile(xs, 0.1) or 0.0, quantile(xs, 0.9) or 0.0
 
 
 def get_device(local_rank: int) -> torch.device:
@@ -247,7 +260,7 @@ def get_device(local_rank: int) -> torch.device:
     return torch.device("cpu")
 
 
-def bcast_int(v: int, device) -> int:
+def bcast_int(v: int, device: torch.device) -> int:
     """Rank 0's value, agreed by all ranks (keeps collective counts identical)."""
     if not (dist.is_initialized() and dist.get_world_size() > 1):
         return int(v)
@@ -256,7 +269,7 @@ def bcast_int(v: int, device) -> int:
     return int(t.item())
 
 
-def idle_sync_s(device, n=20):
+def idle_sync_s(device: torch.device, n: int = 20) -> float:
     """What one synchronize costs on an idle device: taken off each measured wait for the GPU."""
     synchronize(device)
     times = []
@@ -264,10 +277,10 @@ def idle_sync_s(device, n=20):
         t0 = time.perf_counter()
         synchronize(device)
         times.append(time.perf_counter() - t0)
-    return median(times)
+    return median_of(times)
 
 
-def wait_for_gpu_s(device, floor_s):
+def wait_for_gpu_s(device: torch.device, floor_s: float) -> float:
     """How long the host waits for the GPU from now, less one idle synchronize: called right after
     ``loss.backward()`` returns, how far the backward thread ran ahead of the GPU."""
     t0 = time.perf_counter()
@@ -275,7 +288,7 @@ def wait_for_gpu_s(device, floor_s):
     return max(0.0, time.perf_counter() - t0 - floor_s)
 
 
-def finish_launch(launch_id, t_start):
+def finish_launch(launch_id: str, t_start: float) -> None:
     try:
         dist.barrier()
         dist.destroy_process_group()

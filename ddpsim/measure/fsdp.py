@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import math
 import os
 import sys
 import time
 import traceback
 from dataclasses import replace
+from typing import Any
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from .needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 
 from .common import (
     Marker,
@@ -45,118 +49,14 @@ from .common import (
     synchronize,
 )
 from .memory import run_peaks
-from .models import ModelSpec, ddp_param_order, parse_model_arg, resolve
-from .worker import shape_setup
+from .models import SHARDING_MODELS as BUILTIN
+from .models import ddp_param_order, resolve
+from .shape import shape_setup
+from .spec import ModelSpec, parse_model_arg
 
 SCHEMA = "ddpsim.fsdp_run/1"
 STRATEGIES = ("ddp", "zero2", "zero3")
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-# ----------------------------------------------------------------------------- a LLaMA-style decoder
-class RMSNorm(nn.Module):
-    def __init__(self, d, eps=1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(d))
-
-    def forward(self, x):
-        return x * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps).to(x.dtype) * self.weight
-
-
-class LlamaAttention(nn.Module):
-    def __init__(self, d, n_head):
-        super().__init__()
-        self.n_head = n_head
-        self.q_proj, self.k_proj, self.v_proj, self.o_proj = (nn.Linear(d, d, bias=False) for _ in range(4))
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = (p(x).view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
-
-
-class LlamaMLP(nn.Module):
-    def __init__(self, d, hidden):
-        super().__init__()
-        self.gate_proj = nn.Linear(d, hidden, bias=False)
-        self.up_proj = nn.Linear(d, hidden, bias=False)
-        self.down_proj = nn.Linear(hidden, d, bias=False)
-
-    def forward(self, x):
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
-
-
-class LlamaBlock(nn.Module):
-    def __init__(self, d, n_head, hidden):
-        super().__init__()
-        self.self_attn = LlamaAttention(d, n_head)
-        self.mlp = LlamaMLP(d, hidden)
-        self.input_layernorm = RMSNorm(d)
-        self.post_attention_layernorm = RMSNorm(d)
-
-    def forward(self, x):
-        x = x + self.self_attn(self.input_layernorm(x))
-        return x + self.mlp(self.post_attention_layernorm(x))
-
-
-class Llama(nn.Module):
-    """LLaMA's parameter layout (model.embed_tokens, model.layers.{i}.(self_attn|mlp|norms), model.norm, an untied
-    lm_head); positions are left out (no rotary embedding: it has no parameters and little compute)."""
-
-    def __init__(self, n_layer, d, n_head, hidden, vocab):
-        super().__init__()
-        self.model = nn.Module()
-        self.model.embed_tokens = nn.Embedding(vocab, d)
-        self.model.layers = nn.ModuleList([LlamaBlock(d, n_head, hidden) for _ in range(n_layer)])
-        self.model.norm = RMSNorm(d)
-        self.lm_head = nn.Linear(d, vocab, bias=False)
-        for name, p in self.named_parameters():
-            if p.dim() == 2:
-                nn.init.normal_(p, 0.0, 0.02 / (math.sqrt(2 * n_layer) if name.endswith(("o_proj.weight",
-                                                                                           "down_proj.weight")) else 1))
-
-    def forward(self, idx):
-        x = self.model.embed_tokens(idx)
-        for block in self.model.layers:
-            x = block(x)
-        return self.lm_head(self.model.norm(x))
-
-
-def llama_1b():
-    """About 1.2 B parameters: 16 blocks of width 2048 (MLP 5504), vocabulary 32000."""
-    return Llama(16, 2048, 16, 5504, 32000)
-
-
-def llama_tiny():
-    """For CPU tests: 2 blocks of width 64."""
-    return Llama(2, 64, 4, 160, 128)
-
-
-def gpt_tiny():
-    """For CPU tests: GPT-2's layout (a tied lm_head) at 2 blocks of width 32."""
-    from .models import GPT
-
-    return GPT(n_layer=2, d=32, n_head=2, vocab=64, n_positions=32)
-
-
-def llama_tiny_meta():
-    """``torch:ddpsim.measure.fsdp:llama_tiny_meta`` for ddpsim's importer (the same model)."""
-    return llama_tiny()
-
-
-# source names this module: the loss is then models.default_custom_loss (logits flattened against the tokens
-# whatever the precision), the batch the "gpt" kind's random tokens
-BUILTIN = {
-    "llama-1b": ModelSpec("llama-1b", llama_1b, 4, "bf16-amp", 1024, "adamw", "gpt", vocab=32000,
-                          source="ddpsim.measure.fsdp:llama_1b"),
-    "llama-tiny": ModelSpec("llama-tiny", llama_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=128,
-                            source="ddpsim.measure.fsdp:llama_tiny"),
-    "gpt-tiny": ModelSpec("gpt-tiny", gpt_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=64,
-                          source="ddpsim.measure.fsdp:gpt_tiny"),
-}
 
 
 def resolve_model(name: str) -> ModelSpec:
@@ -213,7 +113,7 @@ def fsdp_units(model: nn.Module) -> list[dict]:
 
 
 def wrap(model: nn.Module, strategy: str, param_dtype: str, reduce_dtype: str, device: torch.device,
-         hsdp_nodes: int = 0):
+         hsdp_nodes: int = 0) -> nn.Module:
     """DDP, or fully_shard per block and on the root; ``hsdp_nodes`` > 1: a 2-D mesh that shards within each
     group of world / hsdp_nodes consecutive ranks (a node) and replicates across the groups (HSDP)."""
     if strategy == "ddp":
@@ -284,7 +184,7 @@ def measure(spec: ModelSpec, strategy: str, param_dtype: str, reduce_dtype: str,
     memory = run_peaks(device, peak, torch.cuda.max_memory_reserved(device) if cuda else None)
     allocated = torch.cuda.memory_allocated(device) if cuda else None
     peaks = None
-    if cuda and dist.get_world_size() > 1:
+    if peak is not None and dist.get_world_size() > 1:
         t = torch.tensor([float(peak)], dtype=torch.float64, device=device)
         gathered = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
         dist.all_gather(gathered, t)
@@ -360,7 +260,7 @@ def refuse_cast_buffers(spec: ModelSpec, model: nn.Module, param_dtype: str) -> 
                          "--param-dtypes auto or fp32")
 
 
-def parse_args(argv=None) -> argparse.Namespace:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.fsdp", description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", required=True, help="folder; fsdp_runs.jsonl is appended to")
     ap.add_argument("--models", default="gpt2-124m,llama-1b",
@@ -392,7 +292,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     return a
 
 
-def main(argv=None) -> int:
+def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
     models = [m for m in a.models.split(",") if m]
     specs = {m: resolve_model(m) for m in models}  # a typo fails before any process group exists
@@ -402,7 +302,7 @@ def main(argv=None) -> int:
     shape, _nccl_log = shape_setup(a.gpus_per_node, a.out, launch_id, a.inter_node_transport)
     device = get_device(int(os.environ.get("LOCAL_RANK", "0")))
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kw = {"device_id": device} if device.type == "cuda" else {}
+    kw: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=600), **kw)
     rank, world = dist.get_rank(), dist.get_world_size()
     fp = fingerprint(device, world, a.transport, hostname_count())

@@ -18,18 +18,23 @@ import inspect
 import json
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+import torch.nn as nn
 
-from .models import ModelArgError, ModelSpec
+from .spec import ModelArgError, ModelSpec
 
 DEFAULT_SEQ = 512
 
 
-def load_model_source(what: str, local_files_only: bool = False):
+def load_model_source(what: str, local_files_only: bool = False) -> tuple[Any, type | None]:
     """(config, model class or None) that ``what`` names: a config class, a model class (with its
     config class's defaults), a config.json, or a hub name (``local_files_only``: the local cache's
     copy only, never the network)."""
+    if not os.path.isfile(what) and (what.endswith(".json") or what.startswith((".", "/", "~"))):
+        # a path, not a hub name: asking the hub would retry for half a minute without network
+        raise ModelArgError(f"model hf:{what}: no such file")
     try:
         import transformers
     except ImportError as e:
@@ -62,13 +67,15 @@ def load_model_source(what: str, local_files_only: bool = False):
                             "(hf:GPT2Config), a model class (hf:GPT2LMHeadModel) or a config.json path") from e
 
 
-def build_model(config, model_class=None):
+def build_model(config: Any, model_class: type | None = None) -> tuple[nn.Module, bool]:
     """(model, whether it has an LM head that takes labels): ``model_class`` if given, else the
     config's causal-LM head, else its masked-LM head, else the bare model."""
     import transformers
 
     if model_class is not None:
-        return model_class(config), "labels" in inspect.signature(model_class.forward).parameters
+        forward = getattr(model_class, "forward", None)
+        takes_labels = forward is not None and "labels" in inspect.signature(forward).parameters
+        return model_class(config), takes_labels
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         try:
             return auto.from_config(config), True
@@ -77,7 +84,7 @@ def build_model(config, model_class=None):
     return transformers.AutoModel.from_config(config), False
 
 
-def checked_seq(config, seq: int | None, name: str) -> int:
+def checked_seq(config: Any, seq: int | None, name: str) -> int:
     """Tokens per sample: ``seq``, or when None the shorter of DEFAULT_SEQ and the model's positions;
     more than the model has positions for is refused (on the meta device nothing would notice)."""
     positions = _positions(config)
@@ -87,7 +94,7 @@ def checked_seq(config, seq: int | None, name: str) -> int:
     return seq
 
 
-def _positions(config) -> int | None:
+def _positions(config: Any) -> int | None:
     for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
         value = getattr(config, key, None)
         if isinstance(value, int) and value > 0:
@@ -103,15 +110,15 @@ class _HFModel:
     model_class: type | None = None
     has_head: bool = True  # learnt at build: a bare model takes no labels
 
-    def build(self):
+    def build(self) -> nn.Module:
         model, self.has_head = build_model(self.config, self.model_class)
         return model
 
-    def make_batch(self, batch_size, device, seed):
+    def make_batch(self, batch_size: int, device: torch.device | str, seed: int) -> torch.Tensor:
         g = torch.Generator(device="cpu").manual_seed(seed)
         return torch.randint(0, self.vocab, (batch_size, self.seq_len), generator=g).to(device)
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
         out = model(input_ids=batch, labels=batch) if self.has_head else model(input_ids=batch)
         if getattr(out, "loss", None) is not None:
             return out.loss
@@ -119,11 +126,13 @@ class _HFModel:
 
 
 def hf_spec(name: str, what: str, opts: dict[str, str]) -> ModelSpec:
+    if "seq" in opts and not opts["seq"].isdigit():  # before the config: loading one can take seconds
+        raise ModelArgError(f"model {name!r}: seq must be a positive integer, got {opts['seq']!r}")
     config, model_class = load_model_source(what)
     vocab = getattr(config, "vocab_size", None)
     if not isinstance(vocab, int) or vocab < 1:
         raise ModelArgError(f"model {name!r}: the config has no vocab_size (token models only)")
-    seq = checked_seq(config, int(opts["seq"]) if opts.get("seq", "").isdigit() else None, name)
+    seq = checked_seq(config, int(opts["seq"]) if "seq" in opts else None, name)
     holder = _HFModel(config, vocab, seq, model_class)
     return ModelSpec(name, holder.build, 8, "bf16-amp", seq, "adamw", "hf", vocab=vocab, requires="transformers",
                      batch_fn=holder.make_batch, loss_fn=holder.loss, source=f"hf:{what}")

@@ -42,8 +42,14 @@ import os
 import tempfile
 import time
 from collections import defaultdict
+from typing import Any
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from ddpsim.measure.needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 
 from ddpsim.measure.common import (
@@ -160,7 +166,7 @@ class Run:
         model = spec.build_on(device)
         model.train()
         self.n_params = len(ddp_param_order(model))
-        kw = {"device_ids": [device.index]} if device.type == "cuda" else {}
+        kw: dict[str, Any] = {"device_ids": [device.index]} if device.type == "cuda" else {}
         self.ddp = DDP(model, bucket_cap_mb=cap_mb, **kw)
         self.hooks = Hooks(W, device)
         if variant == "cpp_allreduce":

@@ -18,7 +18,7 @@ DDP and FSDP runs record the peaks only, the max over ranks, with every rank's b
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -109,7 +109,7 @@ def model_state_tensors(model: nn.Module) -> list[torch.Tensor]:
     return list(model.parameters()) + list(model.buffers())
 
 
-def _unique_bytes(tensors: list[torch.Tensor]) -> int:
+def _unique_bytes(tensors: Sequence[torch.Tensor]) -> int:
     """Bytes of the tensors, a shared tensor once (tied weights)."""
     seen: set[int] = set()
     total = 0

@@ -16,18 +16,22 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from typing import Any
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+from .llama import llama_1b, llama_tiny
+from .spec import OPTIMIZERS, PRECISIONS, ModelArgError, ModelSpec, default_custom_loss, parse_model_arg
 
 
 # ----------------------------------------------------------------------------- ResNet-50
 class Bottleneck(nn.Module):
     expansion = 4
 
-    def __init__(self, inplanes, planes, stride=1, downsample=None):
+    def __init__(self, inplanes: int, planes: int, stride: int = 1, downsample: nn.Module | None = None):
         super().__init__()
         width = planes
         # Registration order as torchvision: conv1, bn1, conv2, bn2, conv3, bn3, relu, downsample
@@ -41,7 +45,7 @@ class Bottleneck(nn.Module):
         self.downsample = downsample
         self.stride = stride
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         identity = x
         out = self.relu(self.bn1(self.conv1(x)))
         out = self.relu(self.bn2(self.conv2(out)))
@@ -54,7 +58,7 @@ class Bottleneck(nn.Module):
 class ResNet(nn.Module):
     """torchvision.models.resnet50 parameter structure (v1.5: stride on the 3x3 conv)."""
 
-    def __init__(self, layers=(3, 4, 6, 3), num_classes=1000):
+    def __init__(self, layers: tuple[int, int, int, int] = (3, 4, 6, 3), num_classes: int = 1000):
         super().__init__()
         self.inplanes = 64
         self.conv1 = nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False)
@@ -74,7 +78,7 @@ class ResNet(nn.Module):
                 nn.init.constant_(m.weight, 1)
                 nn.init.constant_(m.bias, 0)
 
-    def _make_layer(self, planes, blocks, stride=1):
+    def _make_layer(self, planes: int, blocks: int, stride: int = 1) -> nn.Sequential:
         downsample = None
         if stride != 1 or self.inplanes != planes * Bottleneck.expansion:
             downsample = nn.Sequential(
@@ -87,26 +91,26 @@ class ResNet(nn.Module):
             layers.append(Bottleneck(self.inplanes, planes))
         return nn.Sequential(*layers)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
         x = self.layer4(self.layer3(self.layer2(self.layer1(x))))
         x = torch.flatten(self.avgpool(x), 1)
         return self.fc(x)
 
 
-def resnet50():
+def resnet50() -> nn.Module:
     return ResNet((3, 4, 6, 3))
 
 
 # ----------------------------------------------------------------------------- GPT-2
 class Attention(nn.Module):
-    def __init__(self, d, n_head):
+    def __init__(self, d: int, n_head: int):
         super().__init__()
         self.n_head = n_head
         self.c_attn = nn.Linear(d, 3 * d)
         self.c_proj = nn.Linear(d, d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, C = x.shape
         q, k, v = self.c_attn(x).split(C, dim=2)
         q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
@@ -118,24 +122,24 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d: int):
         super().__init__()
         self.c_fc = nn.Linear(d, 4 * d)
         self.c_proj = nn.Linear(4 * d, d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c_proj(F.gelu(self.c_fc(x), approximate="tanh"))
 
 
 class Block(nn.Module):
-    def __init__(self, d, n_head):
+    def __init__(self, d: int, n_head: int):
         super().__init__()
         self.ln_1 = nn.LayerNorm(d)
         self.attn = Attention(d, n_head)
         self.ln_2 = nn.LayerNorm(d)
         self.mlp = MLP(d)
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
         return x + self.mlp(self.ln_2(x))
 
@@ -144,7 +148,7 @@ class GPT(nn.Module):
     """GPT-2 small class: names wte, wpe, h.{i}.(ln_1|attn.c_attn|attn.c_proj|ln_2|mlp.c_fc|mlp.c_proj), ln_f;
     lm_head tied to wte (counted once by DDP)."""
 
-    def __init__(self, n_layer=12, d=768, n_head=12, vocab=50257, n_positions=1024):
+    def __init__(self, n_layer: int = 12, d: int = 768, n_head: int = 12, vocab: int = 50257, n_positions: int = 1024):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(n_positions, d)
@@ -159,7 +163,7 @@ class GPT(nn.Module):
             elif name.endswith("bias"):
                 nn.init.zeros_(p)
 
-    def forward(self, idx):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.wte(idx) + self.wpe(pos)
@@ -168,14 +172,14 @@ class GPT(nn.Module):
         return self.lm_head(self.ln_f(x))
 
 
-def gpt2_124m():
+def gpt2_124m() -> nn.Module:
     return GPT()
 
 
 # ----------------------------------------------------------------------------- MLP-heavy
-def _linear_stack(width, depth, activation):
+def _linear_stack(width: int, depth: int, activation: Callable[[], nn.Module]) -> nn.Sequential:
     """nn.Sequential(Linear, act, Linear, ..., Linear): parameters "0.weight", "0.bias", "2.weight", ..."""
-    mods = []
+    mods: list[nn.Module] = []
     for i in range(depth):
         mods.append(nn.Linear(width, width))
         if i < depth - 1:
@@ -183,17 +187,17 @@ def _linear_stack(width, depth, activation):
     return nn.Sequential(*mods)
 
 
-def mlp_heavy(width=4096, depth=8):
+def mlp_heavy(width: int = 4096, depth: int = 8) -> nn.Module:
     return _linear_stack(width, depth, nn.ReLU)
 
 
-def mlp_wide(width=8192, depth=3):
+def mlp_wide(width: int = 8192, depth: int = 3) -> nn.Module:
     """A communication-bound model no shipped calibration was fitted on: three 8192-wide layers (805 MB
     of fp32 parameters, each larger than any bucket cap) with GELU, little compute per byte."""
     return _linear_stack(width, depth, nn.GELU)
 
 
-def tiny_mlp():
+def tiny_mlp() -> nn.Module:
     return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 32), nn.ReLU(), nn.Linear(32, 8))
 
 
@@ -202,7 +206,7 @@ class BertLarge(nn.Module):
     """BERT-large-like encoder on nn.TransformerEncoder: 24 post-LN layers, d=1024, 16 heads, FFN 4096,
     word/position/type embeddings, MLM head (dense + LayerNorm, decoder tied to the word embedding)."""
 
-    def __init__(self, n_layer=24, d=1024, n_head=16, vocab=30522, n_positions=512):
+    def __init__(self, n_layer: int = 24, d: int = 1024, n_head: int = 16, vocab: int = 30522, n_positions: int = 512):
         super().__init__()
         self.word_embeddings = nn.Embedding(vocab, d)
         self.position_embeddings = nn.Embedding(n_positions, d)
@@ -217,7 +221,7 @@ class BertLarge(nn.Module):
         self.decoder = nn.Linear(d, vocab)
         self.decoder.weight = self.word_embeddings.weight  # tied, as in BERT's MLM head
 
-    def forward(self, idx):
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
         T = idx.shape[1]
         pos = torch.arange(T, device=idx.device)
         x = self.word_embeddings(idx) + self.position_embeddings(pos) + self.token_type_embeddings(
@@ -227,169 +231,23 @@ class BertLarge(nn.Module):
         return self.decoder(x)
 
 
-def bert_large():
+def bert_large() -> nn.Module:
     return BertLarge()
 
 
-def vit_b16():
+def vit_b16() -> nn.Module:
     import torchvision  # optional dependency: the spec is skipped with the import error when missing
 
     return torchvision.models.vit_b_16(weights=None)
 
 
-def mlp_ln_64(width=1024, depth=64):
+def mlp_ln_64(width: int = 1024, depth: int = 64) -> nn.Module:
     """64 x (Linear, LayerNorm, GELU): many small gradient tensors (192), launch-bound."""
-    mods = []
+    mods: list[nn.Module] = []
     for _ in range(depth):
         mods += [nn.Linear(width, width), nn.LayerNorm(width), nn.GELU()]
     mods.append(nn.Linear(width, width))
     return nn.Sequential(*mods)
-
-
-# ----------------------------------------------------------------------------- specs
-PRECISIONS = {"fp32": "fp32", "bf16": "bf16-amp", "bf16-amp": "bf16-amp"}
-OPTIMIZERS = ("sgd", "adamw")
-# the options a model argument may carry after its name: ``name@batch=16@precision=bf16@optimizer=adamw``
-MODEL_OPTIONS = ("batch", "precision", "optimizer", "seq")
-
-
-class ModelArgError(ValueError):
-    """A model argument that cannot be used; the message names the argument and what was expected."""
-
-
-def parse_model_arg(text: str) -> tuple[str, dict[str, str]]:
-    """``name@key=value@key=value`` -> (name, {key: value}); the keys are MODEL_OPTIONS."""
-    name, *opts = text.strip().split("@")
-    if not name:
-        raise ModelArgError(f"model {text!r}: no name before '@'")
-    options: dict[str, str] = {}
-    for opt in opts:
-        key, sep, value = opt.partition("=")
-        if not sep or key not in MODEL_OPTIONS or not value:
-            raise ModelArgError(f"model {text!r}: option {opt!r} is not one of "
-                                f"{', '.join(k + '=...' for k in MODEL_OPTIONS)}")
-        if key in options:
-            raise ModelArgError(f"model {text!r}: option {key!r} given twice")
-        options[key] = value
-    return name, options
-
-
-def parameters_off_device(model: nn.Module, device) -> list[str]:
-    """Names of the parameters and buffers of ``model`` that are not on ``device`` (empty: all there)."""
-    want = torch.device(device)
-
-    def off(t):
-        return t.device.type != want.type or (want.index is not None and t.device.index != want.index)
-
-    names = [n for n, p in model.named_parameters() if off(p)]
-    return names + [n for n, b in model.named_buffers() if off(b)]
-
-
-@dataclass
-class ModelSpec:
-    name: str
-    build: Callable[[], nn.Module]
-    batch_size: int
-    precision: str  # "fp32" | "bf16-amp"
-    seq_len: int | None
-    optimizer: str  # "sgd" | "adamw"
-    kind: str  # "cnn" | "gpt" | "mlm" | "mlp" | "custom" | "hf"
-    in_shape: tuple = ()
-    num_classes: int = 0
-    vocab: int = 0
-    requires: str | None = None  # an optional module the model needs (checked by available())
-    batch_fn: Callable | None = None  # custom models: make_batch(batch_size, device, seed)
-    loss_fn: Callable | None = None  # custom models: loss_fn(model, batch)
-    source: str = "builtin"
-
-    def available(self) -> tuple[bool, str | None]:
-        """(True, None), or (False, why) when an optional dependency does not import."""
-        if self.requires:
-            try:
-                importlib.import_module(self.requires)
-            except Exception as e:  # noqa: BLE001 - any import failure means: skip with the reason
-                return False, f"{self.requires} not importable: {e!r}"
-        return True, None
-
-    def build_on(self, device) -> nn.Module:
-        """A fresh model whose every parameter and buffer lives on ``device``.
-
-        A factory may ignore the device context and build on the CPU: the model is moved. One whose
-        tensors cannot be moved (built on the meta device) is refused here, naming the model, instead
-        of failing later inside DDP or the first forward with a device mismatch."""
-        with torch.device(device):
-            model = self.build()
-        if parameters_off_device(model, device):
-            try:
-                model = model.to(device)
-            except (NotImplementedError, RuntimeError) as e:
-                raise RuntimeError(f"model {self.name}: its parameters cannot be moved to {device} ({e}); "
-                                   "the factory must build real tensors (not on the meta device)") from e
-        off = parameters_off_device(model, device)
-        if off:
-            raise RuntimeError(f"model {self.name}: {len(off):d} parameters/buffers are not on {device} after "
-                               f"moving it there (first: {off[0]})")
-        return model
-
-    def make_batch(self, device, seed=1234):
-        if self.batch_fn is not None:
-            return self.batch_fn(self.batch_size, device, seed)
-        g = torch.Generator(device="cpu").manual_seed(seed)
-        if self.kind == "gpt":
-            tok = torch.randint(0, self.vocab, (self.batch_size, self.seq_len + 1), generator=g)
-            tok = tok.to(device)
-            return tok[:, :-1].contiguous(), tok[:, 1:].contiguous()
-        if self.kind == "mlm":  # synthetic masked-LM: predict random tokens at every position
-            tok = torch.randint(0, self.vocab, (2, self.batch_size, self.seq_len), generator=g).to(device)
-            return tok[0].contiguous(), tok[1].contiguous()
-        x = torch.randn((self.batch_size,) + tuple(self.in_shape), generator=g).to(device)
-        y = torch.randint(0, self.num_classes, (self.batch_size,), generator=g).to(device)
-        return x, y
-
-    def loss(self, model, batch):
-        if self.source != "builtin":
-            # a user's model: its loss (or the default one), under bf16 autocast when asked for
-            fn = self.loss_fn or default_custom_loss
-            if self.precision == "bf16-amp":
-                with torch.autocast(device_type=_batch_device_type(batch), dtype=torch.bfloat16):
-                    return fn(model, batch).float()
-            return fn(model, batch)
-        x, y = batch
-        if self.precision == "bf16-amp":
-            dev_type = x.device.type
-            with torch.autocast(device_type=dev_type, dtype=torch.bfloat16):
-                out = model(x)
-                return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
-        out = model(x)
-        # sequence models give (batch, tokens, vocab) logits: flattened, as under autocast above
-        return F.cross_entropy(out.reshape(-1, out.shape[-1]), y.reshape(-1))
-
-    def make_optimizer(self, params):
-        if self.optimizer == "adamw":
-            return torch.optim.AdamW(params, lr=1e-4, weight_decay=0.01)
-        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
-
-
-def _batch_device_type(batch) -> str:
-    if isinstance(batch, torch.Tensor):
-        return batch.device.type
-    if isinstance(batch, dict):
-        return _batch_device_type(next(iter(batch.values())))
-    if isinstance(batch, (tuple, list)) and batch:
-        return _batch_device_type(batch[0])
-    return "cpu"
-
-
-def default_custom_loss(model, batch):
-    if isinstance(batch, (tuple, list)) and len(batch) == 2:
-        x, y = batch
-        out = model(x)
-        if not torch.is_floating_point(y):
-            return F.cross_entropy(out.reshape(-1, out.shape[-1]).float(), y.reshape(-1))
-        return F.mse_loss(out.float(), y.float())
-    if isinstance(batch, dict):
-        return model(**batch).float().pow(2).mean()
-    return model(batch).float().pow(2).mean()
 
 
 MODELS = {
@@ -419,13 +277,14 @@ class _Factory:
         except ImportError as e:
             raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import ({e})") from e
         self.target = target
-        self.factory = getattr(module, fn_name, None)
-        if not callable(self.factory):
+        factory = getattr(module, fn_name, None)
+        if not callable(factory):
             raise ModelArgError(f"model {target!r}: {mod_name!r} has no callable {fn_name!r}")
+        self.factory: Callable[[], Any] = factory
         self.batch_fn: Callable | None = None
         self.loss_fn: Callable | None = None
 
-    def _call(self):
+    def _call(self) -> nn.Module:
         made = self.factory()
         if not isinstance(made, (tuple, list)) or len(made) not in (2, 3) or not isinstance(made[0], nn.Module):
             raise ModelArgError(f"model {self.target!r}: factory() must return (model, make_batch) or "
@@ -438,22 +297,34 @@ class _Factory:
     def build(self) -> nn.Module:
         return self._call()
 
-    def make_batch(self, batch_size, device, seed):
+    def make_batch(self, batch_size: int, device: torch.device | str, seed: int) -> Any:
         if self.batch_fn is None:
             self._call()  # a batch asked for before any model: learn the batch function first
+        assert self.batch_fn is not None  # _call sets it
         return self.batch_fn(batch_size, device, seed)
 
-    def loss(self, model, batch):
+    def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         if self.batch_fn is None:
             self._call()
         return (self.loss_fn or default_custom_loss)(model, batch)
 
 
-def _sharding_builtins() -> dict[str, ModelSpec]:
-    """The FSDP harness's own models (llama-1b, llama-tiny, gpt-tiny), so that every mode can profile them."""
-    from .fsdp import BUILTIN
+def gpt_tiny() -> nn.Module:
+    """For CPU tests: GPT-2's layout (a tied lm_head) at 2 blocks of width 32."""
+    return GPT(n_layer=2, d=32, n_head=2, vocab=64, n_positions=32)
 
-    return BUILTIN
+
+# The sharded plan's models (llama-1b; llama-tiny and gpt-tiny for CPU tests), resolved by every mode. Their
+# source names a factory: the loss is then spec.default_custom_loss (logits flattened against the tokens
+# whatever the precision), the batch the "gpt" kind's random tokens
+SHARDING_MODELS = {
+    "llama-1b": ModelSpec("llama-1b", llama_1b, 4, "bf16-amp", 1024, "adamw", "gpt", vocab=32000,
+                          source="ddpsim.measure.llama:llama_1b"),
+    "llama-tiny": ModelSpec("llama-tiny", llama_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=128,
+                            source="ddpsim.measure.llama:llama_tiny"),
+    "gpt-tiny": ModelSpec("gpt-tiny", gpt_tiny, 2, "fp32", 16, "adamw", "gpt", vocab=64,
+                          source="ddpsim.measure.models:gpt_tiny"),
+}
 
 
 def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
@@ -466,8 +337,8 @@ def resolve(name: str, batch_size: int | None = None) -> ModelSpec:
     base, opts = parse_model_arg(name)
     if base in MODELS:
         spec = replace(MODELS[base], name=name)
-    elif base in _sharding_builtins():
-        spec = replace(_sharding_builtins()[base], name=name)
+    elif base in SHARDING_MODELS:
+        spec = replace(SHARDING_MODELS[base], name=name)
     elif base.startswith("hf:"):
         from .hf import hf_spec
 
@@ -510,11 +381,11 @@ def file_stem(name: str, batch_size: int | None = None, default_bs: int | None =
     return stem
 
 
-def ddp_param_order(model: nn.Module):
+def ddp_param_order(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
     """(name, param) in DDP's registration order: named_modules() walk, each module's own
     parameters (recurse=False), requires_grad only, shared parameters once."""
-    seen = set()
-    out = []
+    seen: set[int] = set()
+    out: list[tuple[str, nn.Parameter]] = []
     for mname, mod in model.named_modules():
         for pname, p in mod.named_parameters(recurse=False):
             if not p.requires_grad or id(p) in seen:
@@ -528,10 +399,10 @@ def buffers_bytes(model: nn.Module) -> int:
     return sum(b.numel() * b.element_size() for b in model.buffers())
 
 
-def example_factory():
+def example_factory() -> tuple[nn.Module, Callable[[int, torch.device | str, int], Any]]:
     """The ``module:factory`` convention, as used by tests: ``--models ddpsim.measure.models:example_factory``."""
 
-    def make_batch(batch_size, device, seed):
+    def make_batch(batch_size: int, device: torch.device | str, seed: int) -> Any:
         g = torch.Generator(device="cpu").manual_seed(seed)
         x = torch.randn(batch_size, 12, generator=g).to(device)
         return x, torch.randint(0, 3, (batch_size,), generator=g).to(device)

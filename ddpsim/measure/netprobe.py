@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import functools
 import time
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
-from .common import median, quantile, synchronize
+from .common import median_of, quantile, synchronize
 
 MiB = 1024 * 1024
 
@@ -62,20 +63,21 @@ def patterns(world_size: int, gpus_per_node: int) -> dict[str, list[tuple[int, i
     return out
 
 
-def _transfer(flows, rank, buffers, device):
+def _transfer(flows: list[tuple[int, int]], rank: int, buffers: list[torch.Tensor | None], device: torch.device) -> None:
     ops = []
     for k, (src, dst) in enumerate(flows):
-        if rank == src:
-            ops.append(dist.P2POp(dist.isend, buffers[k], dst))
-        elif rank == dst:
-            ops.append(dist.P2POp(dist.irecv, buffers[k], src))
+        buffer = buffers[k]  # a buffer on the ranks of the flow only
+        if rank == src and buffer is not None:
+            ops.append(dist.P2POp(dist.isend, buffer, dst))
+        elif rank == dst and buffer is not None:
+            ops.append(dist.P2POp(dist.irecv, buffer, src))
     if ops:
         for req in dist.batch_isend_irecv(ops):
             req.wait()
     synchronize(device)
 
 
-def probe(device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, reps: int = 5,
+def probe(device: torch.device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, reps: int = 5,
           budget_s: float = 30.0) -> list[dict]:
     """One record per pattern (every rank calls this; rank 0 writes the records)."""
     rank = dist.get_rank()
@@ -99,7 +101,8 @@ def probe(device, world_size: int, gpus_per_node: int, nbytes: int = 256 * MiB, 
     return out
 
 
-def _timed(call, device, reps: int, warmup: int, group=None) -> tuple[list[float], float]:
+def _timed(call: Callable[[], object], device: torch.device, reps: int, warmup: int,
+           group: dist.ProcessGroup | None = None) -> tuple[list[float], float]:
     """``reps`` timed calls after ``warmup`` untimed ones, each between barriers on the wall clock and
     taken from the slowest rank; and the sum of every call's time (the same on every rank)."""
     times, total_s = [], 0.0
@@ -116,14 +119,14 @@ def _timed(call, device, reps: int, warmup: int, group=None) -> tuple[list[float
     return times, total_s
 
 
-def _record(bench: str, name: str, flows, nbytes: int, times: list[float], method: str) -> dict:
-    t = median(times)
+def _record(bench: str, name: str, flows: list[tuple[int, int]], nbytes: int, times: list[float], method: str) -> dict:
+    t = median_of(times)
     return {"bench": bench, "pattern": name, "flows": [list(f) for f in flows], "bytes": nbytes,
             "time_s_median": t, "time_s_p10": quantile(times, 0.1), "time_s_p90": quantile(times, 0.9),
             "reps": len(times), "flow_GBps": nbytes / t / 1e9, "method": method}
 
 
-def _collectives(device, gpus_per_node: int, nbytes: int, reps: int) -> list[dict]:
+def _collectives(device: torch.device, gpus_per_node: int, nbytes: int, reps: int) -> list[dict]:
     """Broadcast (one way) and all-reduce (both ways) between rank 0 and the first rank of node 1."""
     rank = dist.get_rank()
     pair = [0, gpus_per_node]

@@ -32,15 +32,21 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from ddpsim.measure.needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 import torch.nn as nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from ddpsim.measure.models import MODELS
 
-VARIANTS = {"none": {}, "find_unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True}}
+VARIANTS: dict[str, dict[str, Any]] = {"none": {}, "find_unused": {"find_unused_parameters": True}, "static_graph": {"static_graph": True}}
 
 
 def init_world1(device: str) -> None:
@@ -123,7 +129,7 @@ def model_graph(name: str, device: str, batch: int | None, repeats: int) -> dict
     # same nodes (the sink's own node is the root, which the walk does not count)
     outs = outputs_of(out)
     counts = graph_counts(outs)
-    rec = {"model": name, "status": "ok", "batch_size": spec.batch_size, "precision": spec.precision,
+    rec: dict[str, Any] = {"model": name, "status": "ok", "batch_size": spec.batch_size, "precision": spec.precision,
            "param_tensors": sum(1 for p in model.parameters() if p.requires_grad),
            "output_bytes": sum(t.numel() * t.element_size() for t in outs),
            **counts, **time_walk(ddp, outs, repeats)}
@@ -147,7 +153,7 @@ class Chain(nn.Module):
 
 def chain_sweep(device: str, sizes: list[int], steps: int) -> dict:
     """Host time of forward and backward per variant against N: the slopes are the per-parameter costs."""
-    out = {"sizes": sizes, "steps": steps, "forward_us": {}, "backward_us": {}}
+    out: dict[str, Any] = {"sizes": sizes, "steps": steps, "forward_us": {}, "backward_us": {}}
     for v in VARIANTS:
         out["forward_us"][v], out["backward_us"][v] = [], []
     for n in sizes:
@@ -156,8 +162,8 @@ def chain_sweep(device: str, sizes: list[int], steps: int) -> dict:
             torch.manual_seed(0)
             ddps[v] = DDP(Chain(n).to(device), bucket_cap_mb=25, **kw)
         x = torch.ones(4, 8, device=device)
-        fwd = {v: [] for v in VARIANTS}
-        bwd = {v: [] for v in VARIANTS}
+        fwd: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        bwd: dict[str, list[float]] = {v: [] for v in VARIANTS}
         for i in range(steps + 3):
             for v, ddp in ddps.items():
                 sync(device)
@@ -213,7 +219,7 @@ def step_timings(name: str, device: str, steps: int) -> dict:
         ddp = DDP(model, **kw)
         runs[v] = (ddp, spec.make_optimizer(ddp.parameters()))
     batch = spec.make_batch(device)
-    res = {v: {"step": [], "host_fwd": [], "host_bwd": [], "host_step": [], "gpu_fwd": [], "gpu_bwd": []}
+    res: dict[str, dict[str, list[float]]] = {v: {"step": [], "host_fwd": [], "host_bwd": [], "host_step": [], "gpu_fwd": [], "gpu_bwd": []}
            for v in VARIANTS}
     for i in range(steps + 4):
         for v, (ddp, opt) in runs.items():
@@ -284,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     init_world1(a.device)
     models = [m for m in a.models.split(",") if m]
     batch = a.graph_batch if a.graph_batch is not None else (2 if a.device == "cpu" else None)
-    rec = {"schema": "ddpsim.option_cost/1", "fingerprint": fingerprint(a.device), "argv": sys.argv[1:],
+    rec: dict[str, Any] = {"schema": "ddpsim.option_cost/1", "fingerprint": fingerprint(a.device), "argv": sys.argv[1:],
            "graph": [], "chain": None, "steps": []}
     t0 = time.perf_counter()
     for m in models:

@@ -20,18 +20,20 @@ from __future__ import annotations
 
 import contextlib
 import time
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from .common import Marker, hold_stream, median, rank0_count, synchronize
+from .common import Marker, hold_stream, median, median_of, rank0_count, synchronize
+from .spec import ModelSpec
 
 MiB = 1024 * 1024
 GATE_BASE_S = 0.03
 ENQUEUE_S_PER_CALL = 30e-6  # CPU time to queue one all-reduce (10-15 us measured), with margin
 
 
-def _agreed_float(v: float, device) -> float:
+def _agreed_float(v: float, device: torch.device) -> float:
     """The largest value over the ranks (the gate must hold on the slowest)."""
     t = torch.tensor([float(v)], dtype=torch.float64, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
@@ -41,21 +43,21 @@ def _agreed_float(v: float, device) -> float:
 class _Streams:
     """The compute stream and a side stream for the all-reduces, held behind one gate."""
 
-    def __init__(self, device):
+    def __init__(self, device: torch.device):
         self.device = device
         self.cuda = device.type == "cuda"
         self.side = torch.cuda.Stream(device) if self.cuda else None
 
-    def start_together(self, gate_s):
+    def start_together(self, gate_s: float) -> None:
         dist.barrier()
         synchronize(self.device)
         hold_stream(self.device, gate_s)
-        if self.cuda:
+        if self.side is not None:
             ev = torch.cuda.Event()
             ev.record()
             self.side.wait_event(ev)
 
-    def allreduces(self, t, n):
+    def allreduces(self, t: torch.Tensor, n: int) -> list[tuple[Marker, Marker]]:
         """``n`` all-reduces of ``t`` on the side stream: [(start marker, end marker)]."""
         marks = []
         ctx = torch.cuda.stream(self.side) if self.cuda else contextlib.nullcontext()
@@ -67,7 +69,7 @@ class _Streams:
         return marks
 
 
-def calls_inside(calls, backward_s):
+def calls_inside(calls: list[tuple[float, float]], backward_s: float) -> tuple[list[float], bool]:
     """The durations of the calls wholly inside a backward from 0 to ``backward_s`` (start and end of each
     call in seconds from the backward's start): one that started before it (the backward still queueing)
     or ended after it ran partly alone. Also whether the calls ran to the backward's end."""
@@ -75,7 +77,7 @@ def calls_inside(calls, backward_s):
     return inside, bool(calls) and calls[-1][1] >= backward_s
 
 
-def _backward(spec, model, batch, device):
+def _backward(spec: ModelSpec, model: torch.nn.Module, batch: Any, device: torch.device) -> torch.Tensor:
     """Zero the gradients, run the forward (untimed) and wait for it: the loss, for the caller to time its
     backward."""
     for p in model.parameters():
@@ -85,7 +87,8 @@ def _backward(spec, model, batch, device):
     return loss
 
 
-def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
+def model_overlap(spec: ModelSpec, device: torch.device, sizes: tuple[int, ...] = (25 * MiB,), reps: int = 5,
+                  warmup: int = 3) -> list[dict[str, Any]]:
     """Records of one model: per all-reduce size, backward and all-reduces alone and together."""
     streams = _Streams(device)
     model = spec.build_on(device)
@@ -100,7 +103,7 @@ def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
     synchronize(device)
     # the gate must outlast the CPU queueing the whole backward (and the all-reduces before it): the
     # backward's wall time ungated is an upper bound of its queueing time
-    bwd_wall = _agreed_float(median(backward_wall), device)
+    bwd_wall = _agreed_float(median_of(backward_wall), device)
     out = []
     for nbytes in sizes:
         if not streams.cuda:
@@ -128,7 +131,7 @@ def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
             ar_alone += [b.seconds_since(a) for a, b in marks]
             if n_calls is None:
                 # enough calls to outlast a backward even if every call runs 4 times slower beside it
-                guess = int(4 * median(bwd_alone) / max(median(ar_alone), 1e-6)) + 4
+                guess = int(4 * median_of(bwd_alone) / max(median_of(ar_alone), 1e-6)) + 4
                 n_calls = rank0_count(min(max(guess, 8), 2000), device)
                 gate_s = min(GATE_BASE_S + 1.5 * bwd_wall + n_calls * ENQUEUE_S_PER_CALL, 1.0)
             # together
@@ -154,7 +157,7 @@ def model_overlap(spec, device, sizes=(25 * MiB,), reps=5, warmup=3):
             "backward_alone_s": ba, "backward_with_allreduces_s": bb,
             "allreduce_alone_s": aa, "allreduce_during_backward_s": ab,
             "allreduce_calls_during_backward": len(ar_busy), "allreduce_calls_per_repeat": n_calls,
-            "compute_slowdown_ratio": bb / ba if ba else None,
+            "compute_slowdown_ratio": bb / ba if (bb is not None and ba) else None,
             "comm_slowdown_ratio": ab / aa if (ab is not None and aa) else None,
             # the compute slowdown holds only where the all-reduces ran through the whole backward
             "allreduces_outlasted_backward": all(outlasted),

@@ -6,6 +6,7 @@ import contextlib
 import re
 import time
 import traceback
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -110,7 +111,7 @@ def parse_indices(s):
 # Every run record carries all of these fields explicitly (the defaults are plain DDP).
 VARIANT_DEFAULTS = {"gradient_as_bucket_view": False, "comm_hook": None, "timing_hook": False,
                     "grad_accumulation_steps": 1, "find_unused_parameters": False, "static_graph": False}
-VARIANT_PARTS = {
+VARIANT_PARTS: dict[str, dict[str, Any]] = {
     "none": {},
     "gbv": {"gradient_as_bucket_view": True},
     "fp16": {"comm_hook": "fp16"},
@@ -124,7 +125,7 @@ VARIANT_PARTS = {
 def variant_options(name: str) -> dict:
     """'none', 'gbv', 'fp16', 'bf16', 'accumK', 'find_unused', 'static_graph', 'timing', or several joined by
     '+' (e.g. 'gbv+bf16') -> the explicit option fields."""
-    opts = dict(VARIANT_DEFAULTS)
+    opts: dict[str, Any] = dict(VARIANT_DEFAULTS)
     for part in name.split("+"):
         m = re.fullmatch(r"accum(\d+)", part)
         if m:

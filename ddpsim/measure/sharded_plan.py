@@ -11,7 +11,7 @@ import sys
 import time
 
 from . import campaign
-from .common import append_jsonl, read_jsonl
+from .records import append_jsonl, read_jsonl
 
 DEFAULT_MODELS = ("gpt2-124m", "llama-1b")
 # relative cost of a link class's launch (the wire carries about 1.5 x DDP's bytes per step under ZeRO-3)

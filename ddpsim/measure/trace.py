@@ -20,13 +20,20 @@ import json
 import os
 import sys
 import time
+from typing import Any
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from .needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from .memory import PeakTracker, profile_memory
-from .models import ModelArgError, ddp_param_order, resolve
+from .models import ddp_param_order, resolve
+from .spec import ModelArgError, ModelSpec
 
 CAPTURE_KEY = "ddpsim_capture"  # read by ddpsim.workload.trace
 
@@ -40,7 +47,8 @@ def _rank_path(path: str, rank: int, world: int) -> str:
     return f"{path}.rank{rank:d}"
 
 
-def _hook_order(model, named, opt, spec, batch) -> list[str]:
+def _hook_order(model: torch.nn.Module, named: list[tuple[str, torch.nn.Parameter]], opt: torch.optim.Optimizer,
+                spec: ModelSpec, batch: Any) -> list[str]:
     """Parameter names in the order autograd accumulated their gradients, from one unprofiled step."""
     fired: list[str] = []
     handles = [p.register_post_accumulate_grad_hook(lambda _p, n=name: fired.append(n)) for name, p in named]
@@ -99,7 +107,7 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     written: list[str] = []
 
-    def ready(prof) -> None:
+    def ready(prof: profile) -> None:
         prof.export_chrome_trace(path)
         written.append(path)
 
@@ -129,7 +137,7 @@ def capture(model_arg: str, out: str, steps: int = 5, warmup: int = 3, device_na
     meta["unprofiled_step_s"] = sorted(plain_s)[len(plain_s) // 2]
     meta["unprofiled_steps"] = len(plain_s)
     # the states, and the activations of one more step, counted on the model itself (inside DDP: its module)
-    inner = model.module if hasattr(model, "module") else model
+    inner = getattr(model, "module", model)
     meta["memory"] = profile_memory(peaks, inner, opt, lambda: spec.loss(model, batch), spec.optimizer,
                                     spec.precision, spec.batch_size)
     with profile(activities=activities, record_shapes=True, on_trace_ready=ready,

@@ -27,8 +27,16 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
-import torch
+try:
+    import torch
+except ModuleNotFoundError as _no_torch:  # `python -m ... --help` on a host without torch
+    from .needs_torch import without_torch
+
+    without_torch(__name__, __doc__, _no_torch)
 import torch.distributed as dist
 
 from . import nccl_log
@@ -56,12 +64,15 @@ from .runner import (
     run_interleaved,
     variant_options,
 )
+from .shape import parse_node_gpus, shape_label, shape_setup
+from .spec import ModelSpec
 
 KiB = 1024
 
 
 # ============================================================================ (1) all-reduce sweep
-def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, max_bytes=1 << 30, group=None):
+def allreduce_sweep(device: torch.device, W: int, quick: bool = False, budget_s: float = 40.0, min_bytes: int = 4 * KiB,
+                    max_bytes: int = 1 << 30, group: dist.ProcessGroup | None = None) -> list[dict[str, Any]]:
     sizes = []
     s = min_bytes
     while s <= max_bytes:
@@ -106,81 +117,17 @@ def allreduce_sweep(device, W, quick=False, budget_s=40.0, min_bytes=4 * KiB, ma
     return rows
 
 
-# ============================================================================ shape (nodes x GPUs per node)
-def parse_node_gpus(text):
-    """'3,1' -> [3, 1]: emulated nodes of uneven GPU counts (None when not given)."""
-    if not text:
-        return None
-    counts = [int(x) for x in str(text).split(",") if x.strip()]
-    if not counts or min(counts) < 1:
-        raise SystemExit(f"--node-gpus {text!r}: expected GPU counts per emulated node, e.g. 3,1")
-    return counts
-
-
-def shape_setup(gpus_per_node, out, launch_id, inter_node_transport=None, node_gpus=None):
-    """Before init_process_group: this rank's NCCL_HOSTID when several 'nodes' share one host, and its own
-    NCCL_DEBUG_FILE when NCCL_DEBUG is set.  ``node_gpus`` (one host only) emulates nodes of uneven GPU
-    counts, in rank order.  Returns the shape fields every record carries."""
-    rank = int(os.environ.get("RANK", "0"))
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
-    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", str(world)))
-    if node_gpus:
-        if sum(node_gpus) != world or local_world != world:
-            raise SystemExit(f"--node-gpus {node_gpus} must sum to the world ({world}) of one host")
-        # the node of each local rank: ranks fill the emulated nodes in order
-        owner = [n for n, count in enumerate(node_gpus) for _ in range(count)]
-        os.environ["NCCL_HOSTID"] = f"ddpsim-{os.environ.get('GROUP_RANK', '0')}-node{owner[local_rank]}"
-        uniform = len(set(node_gpus)) == 1
-        G, emulated = (node_gpus[0] if uniform else None), len(node_gpus) > 1
-    else:
-        G = int(gpus_per_node) if gpus_per_node else local_world
-        if G < 1 or local_world % G or world % G:
-            raise SystemExit(f"--gpus-per-node {G} must divide the ranks of this host ({local_world}) and the world ({world})")
-        emulated = G < local_world
-    if emulated and not node_gpus:
-        # NCCL hashes this string instead of the host name: ranks with different ids are different nodes,
-        # so P2P/SHM are not used between them and NCCL's network transport carries their traffic
-        os.environ["NCCL_HOSTID"] = f"ddpsim-{os.environ.get('GROUP_RANK', '0')}-node{local_rank // G}"
-    nccl_log_path = None
-    if os.environ.get("NCCL_DEBUG"):
-        if not os.environ.get("NCCL_DEBUG_FILE"):
-            os.makedirs(os.path.join(out, "logs"), exist_ok=True)
-            os.environ["NCCL_DEBUG_FILE"] = os.path.join(os.path.abspath(out), "logs",
-                                                         f"nccl_{launch_id}_r{rank:d}.log")
-        nccl_log_path = os.environ["NCCL_DEBUG_FILE"]
-        if "%" in nccl_log_path:
-            nccl_log_path = None  # a pattern (%h, %p) set from outside: not parsed
-    nodes = len(node_gpus) if node_gpus else world // G
-    inter = None
-    if nodes > 1:
-        inter = inter_node_transport or (os.environ.get("NCCL_NET") or "unknown").lower()
-    fields = {"nodes": nodes, "gpus_per_node": G, "nodes_emulated": emulated,
-              "nccl_hostid": os.environ.get("NCCL_HOSTID") if emulated else None,
-              "inter_node_transport": inter}
-    if node_gpus:
-        # gpus_per_node is null for uneven nodes: a reader that needs one number refuses the record
-        fields["node_gpus"] = list(node_gpus)
-    return fields, nccl_log_path
-
-
-def shape_label(shape):
-    """'2x2' for even nodes, '3+1' for uneven ones."""
-    if shape.get("node_gpus") and shape["gpus_per_node"] is None:
-        return "+".join(str(c) for c in shape["node_gpus"])
-    return f"{shape['nodes']:d}x{shape['gpus_per_node']:d}"
-
-
 ALGO_ENV = {"ring": "Ring", "tree": "Tree"}
 
 
-def sweep_name(transport, W, shape, algo):
+def sweep_name(transport: str, W: int, shape: dict[str, Any], algo: str) -> str:
     if shape["nodes"] == 1 and algo == "default":
         return f"allreduce_{transport}_w{W:d}.txt"  # the name earlier campaigns used
     return f"allreduce_{transport}_w{W:d}_{shape_label(shape)}_{algo}.txt"
 
 
-def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
+def net_probe(a: argparse.Namespace, device: torch.device, W: int, fp: dict[str, Any], shape: dict[str, Any],
+              launch_id: str, probe_round: int = 0) -> float:
     """Point-to-point patterns across the (emulated) nodes: the network endpoint's rates (netprobe.py).
     Returns the round's wall time in seconds."""
     from . import netprobe
@@ -208,7 +155,9 @@ def net_probe(a, device, W, fp, shape, launch_id, probe_round=0):
         raise
 
 
-def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launch_id):
+def allreduce_sweeps(a: argparse.Namespace, device: torch.device, W: int, backend: str, fp: dict[str, Any],
+                     shape: dict[str, Any], topo_fn: Callable[[], dict[str, Any]], nccl_path: str | None,
+                     launch_id: str) -> None:
     rank = dist.get_rank()
     algos = [x for x in a.algos.split(",") if x]
     per_algo_budget = a.allreduce_budget_s / max(1, len(algos))
@@ -272,8 +221,9 @@ def allreduce_sweeps(a, device, W, backend, fp, shape, topo_fn, nccl_path, launc
                     pass
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser()
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m ddpsim.measure.worker",
+                                 description=__doc__.split("\n\n")[0] if __doc__ else None)
     ap.add_argument("--mode", choices=["sweep", "profile", "microbench"], default="sweep")
     ap.add_argument("--out", required=True)
     ap.add_argument("--transport", default="nvlink", help="label of the intra-node transport (the campaign sets its env)")
@@ -324,21 +274,32 @@ def main(argv=None):
                     help="caps (MB) at which the profile launch also times DDP at world size 1: plain, with "
                          "gradient_as_bucket_view and with the fp16/bf16 compress hooks (empty: not measured)")
     ap.add_argument("--quick", action="store_true")
-    a = ap.parse_args(argv)
-    t_start = time.perf_counter()
-    models = [m for m in a.models.split(",") if m]
-    batch_sizes = parse_list(a.batch_sizes)
-    caps = [cap_value(c) for c in a.caps.split(",") if c]
-    variants = [v for v in a.variants.split(",") if v]
-    for v in variants:
-        variant_options(v)  # fail early on a typo
-    nosync = min(a.steps, 10) if a.nosync_steps is None else a.nosync_steps
-    os.makedirs(a.out, exist_ok=True)
+    return ap
 
-    if a.mode == "profile":
-        return profile_main(a, models, batch_sizes, t_start)
 
-    # ---------------------------------------------------------------- sweep / microbench (under torchrun)
+@dataclass
+class SweepLaunch:
+    """A sweep or microbench launch once its process group exists: who and where this rank is."""
+    a: argparse.Namespace
+    launch_id: str
+    shape: dict[str, Any]
+    nccl_path: str | None
+    device: torch.device
+    backend: str
+    rank: int
+    W: int
+    fp: dict[str, Any]
+    _topology: dict[str, Any] = field(default_factory=dict)
+
+    def topo(self) -> dict[str, Any]:
+        """What NCCL printed about the default communicator (rank 0 reads the first one in its file)."""
+        if not self._topology.get("nccl_nnodes_seen") and self.rank == 0:
+            self._topology.update(nccl_log.topology(nccl_log.read_from(self.nccl_path), self.shape["nodes"]))
+        return dict(self._topology) or nccl_log.topology("", self.shape["nodes"])
+
+
+def start_launch(a: argparse.Namespace) -> SweepLaunch:
+    """The shape's environment, then the process group, the fingerprint and NCCL's view of the topology."""
     launch_id = a.launch_id or f"{a.transport}_w{os.environ.get('WORLD_SIZE', '1')}_0"
     node_gpus = parse_node_gpus(a.node_gpus)
     if node_gpus and a.net_probe:
@@ -347,51 +308,53 @@ def main(argv=None):
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     device = get_device(local_rank)
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kw = {}
+    kw: dict[str, Any] = {}
     if device.type == "cuda":
         kw["device_id"] = device
     dist.init_process_group(backend=backend, timeout=datetime.timedelta(seconds=300), **kw)
     rank, W = dist.get_rank(), dist.get_world_size()
     n_hosts = hostname_count()  # also the first collective: NCCL has printed its init lines by now
-    fp = fingerprint(device, W, a.transport, n_hosts)
-    topo_cache = {}
-
-    def topo():
-        # rank 0 reads what NCCL printed about the default communicator (the first one in its file)
-        if not topo_cache.get("nccl_nnodes_seen") and rank == 0:
-            topo_cache.update(nccl_log.topology(nccl_log.read_from(nccl_path), shape["nodes"]))
-        return dict(topo_cache) or nccl_log.topology("", shape["nodes"])
-
+    launch = SweepLaunch(a, launch_id, shape, nccl_path, device, backend, rank, W,
+                         fingerprint(device, W, a.transport, n_hosts))
     log(f"launch {launch_id} world {W:d} device {device} backend {backend} hosts {n_hosts:d} shape "
         f"{shape_label(shape)} emulated {shape['nodes_emulated']} "
-        f"NCCL nNodes {topo().get('nccl_nnodes_seen')} via {topo().get('nccl_transports_seen')}")
+        f"NCCL nNodes {launch.topo().get('nccl_nnodes_seen')} via {launch.topo().get('nccl_transports_seen')}")
+    return launch
 
-    if a.mode == "microbench":
-        from . import microbench
 
-        base = {"schema": "ddpsim.microbench/1", "launch_id": launch_id, "world_size": W,
-                "transport": a.transport, **shape, "fingerprint": fp}
-        for name, fn in (("allreduce_overlap", microbench.allreduce_overlap),
-                         ("allreduce_launch_cpu", microbench.allreduce_launch_cpu),
-                         ("cast", microbench.casts)):
-            t0 = time.perf_counter()
-            if t0 - t_start > a.budget_s:
-                log("microbench budget exhausted, skipping", name)
-                continue
-            try:
-                recs = fn(device, W) if name != "cast" else fn(device)
-                if rank == 0:
-                    for r in recs:
-                        append_jsonl(os.path.join(a.out, "microbench.jsonl"), dict(base, status="ok", **r))
-                log(f"microbench {name}: {len(recs)} records in {time.perf_counter() - t0:.1f}s")
-            except Exception:  # noqa: BLE001
-                log("microbench FAILED", name, traceback.format_exc()[-800:])
-                if rank == 0:
-                    append_jsonl(os.path.join(a.out, "microbench.jsonl"),
-                                 dict(base, bench=name, status="failed", error=traceback.format_exc()[-4000:]))
-        finish_launch(launch_id, t_start)
-        return 0
+def run_microbench(launch: SweepLaunch, t_start: float) -> None:
+    """The micro-benchmarks (microbench.py) within the launch's budget; one that fails is recorded as failed."""
+    from . import microbench
 
+    a, device, W = launch.a, launch.device, launch.W
+    base = {"schema": "ddpsim.microbench/1", "launch_id": launch.launch_id, "world_size": W,
+            "transport": a.transport, **launch.shape, "fingerprint": launch.fp}
+    benches: tuple[tuple[str, Callable[[], list[dict]]], ...] = (
+        ("allreduce_overlap", lambda: microbench.allreduce_overlap(device, W)),
+        ("allreduce_launch_cpu", lambda: microbench.allreduce_launch_cpu(device, W)),
+        ("cast", lambda: microbench.casts(device)))
+    for name, fn in benches:
+        t0 = time.perf_counter()
+        if t0 - t_start > a.budget_s:
+            log("microbench budget exhausted, skipping", name)
+            continue
+        try:
+            recs = fn()
+            if launch.rank == 0:
+                for r in recs:
+                    append_jsonl(os.path.join(a.out, "microbench.jsonl"), dict(base, status="ok", **r))
+            log(f"microbench {name}: {len(recs)} records in {time.perf_counter() - t0:.1f}s")
+        except Exception:  # noqa: BLE001
+            log("microbench FAILED", name, traceback.format_exc()[-800:])
+            if launch.rank == 0:
+                append_jsonl(os.path.join(a.out, "microbench.jsonl"),
+                             dict(base, bench=name, status="failed", error=traceback.format_exc()[-4000:]))
+
+
+def run_sweep(launch: SweepLaunch, models: list[str], batch_sizes: list[int] | None, caps: list[int | float],
+              variants: list[str], nosync: int, t_start: float) -> None:
+    """All-reduce sweeps, the overlap bench, the DDP runs, with the network probe's rounds around them."""
+    a, device, W, fp, shape, launch_id = launch.a, launch.device, launch.W, launch.fp, launch.shape, launch.launch_id
     probing = a.net_probe and shape["nodes"] > 1
     probe_round = 0
     # the DDP runs leave time for the last round: an early round's duration x 1.5, else 10 s (rounds on
@@ -402,58 +365,85 @@ def main(argv=None):
         probe_reserve_s = 1.5 * net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
     if not a.skip_allreduce:
-        allreduce_sweeps(a, device, W, backend, fp, shape, topo, nccl_path, launch_id)
+        allreduce_sweeps(a, device, W, launch.backend, fp, shape, launch.topo, launch.nccl_path, launch_id)
     if a.overlap_bench:
         overlap_bench(a, models, batch_sizes, device, W, fp, shape, launch_id)
     if probing and a.net_probe_rounds >= 2 and not a.skip_ddp:
         probe_reserve_s = 1.5 * net_probe(a, device, W, fp, shape, launch_id, probe_round)
         probe_round += 1
-
     if not a.skip_ddp:
-        timing_cap = None if a.no_timing_run else cap_value(a.timing_cap)
-        cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
-        plan = plan_runs(models, caps, variants, batch_sizes, parse_list(a.variant_caps, cap_value), timing_cap,
-                         cap_models)
-        if a.reference is None:
-            ref_cap = timing_cap if timing_cap in caps else caps[0]
-            reference = (models[0], (batch_sizes or [None])[0], ref_cap, "none")
-        else:
-            reference = parse_reference(a.reference, models[0])
-        topo_fields = topo()
-
-        def base_fn(key, spec):
-            m, _bs, cap, var = key
-            opts = variant_options(var)
-            return {"schema": "ddpsim.ddp_run/1", "model": m, "batch_size": spec.batch_size,
-                    "precision": spec.precision, "seq_len": spec.seq_len, "bucket_cap_mb": cap, "world_size": W,
-                    "transport": a.transport, "launch_id": launch_id, "variant": var, **opts,
-                    "ddp_options_default": is_default_ddp(opts), "zero_grad_set_to_none": True,
-                    "model_source": spec.source, **shape, **topo_fields, "fingerprint": fp}
-
-        def write_fn(rec):
-            if rank == 0:
-                append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"), rec)
-
-        run_interleaved(plan, reference, device, W, base_fn, write_fn, t_launch0=t_start,
-                        budget_s=a.budget_s - probe_reserve_s,
-                        rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
-                        nosync_steps=nosync, max_live=a.max_live, log_fn=log)
+        run_ddp(launch, models, batch_sizes, caps, variants, nosync, t_start, a.budget_s - probe_reserve_s)
     if probing:
         # the last round runs last: where it fails, it ends the launch and loses nothing else
         net_probe(a, device, W, fp, shape, launch_id, probe_round)
-    finish_launch(launch_id, t_start)
+
+
+def run_ddp(launch: SweepLaunch, models: list[str], batch_sizes: list[int] | None, caps: list[int | float],
+            variants: list[str], nosync: int, t_start: float, budget_s: float) -> None:
+    """The DDP configurations in interleaved rounds (runner.py), the reference first and last."""
+    a, W = launch.a, launch.W
+    timing_cap = None if a.no_timing_run else cap_value(a.timing_cap)
+    cap_models = [m for m in a.cap_sweep_models.split(",") if m] if a.cap_sweep_models else None
+    plan = plan_runs(models, caps, variants, batch_sizes, parse_list(a.variant_caps, cap_value), timing_cap,
+                     cap_models)
+    if a.reference is None:
+        ref_cap = timing_cap if timing_cap in caps else caps[0]
+        reference = (models[0], batch_sizes[0] if batch_sizes else None, ref_cap, "none")
+    else:
+        reference = parse_reference(a.reference, models[0])
+    topo_fields = launch.topo()
+
+    def base_fn(key: tuple[str, int | None, int | float, str], spec: ModelSpec) -> dict[str, Any]:
+        m, _bs, cap, var = key
+        opts = variant_options(var)
+        return {"schema": "ddpsim.ddp_run/1", "model": m, "batch_size": spec.batch_size,
+                "precision": spec.precision, "seq_len": spec.seq_len, "bucket_cap_mb": cap, "world_size": W,
+                "transport": a.transport, "launch_id": launch.launch_id, "variant": var, **opts,
+                "ddp_options_default": is_default_ddp(opts), "zero_grad_set_to_none": True,
+                "model_source": spec.source, **launch.shape, **topo_fields, "fingerprint": launch.fp}
+
+    def write_fn(rec: dict[str, Any]) -> None:
+        if launch.rank == 0:
+            append_jsonl(os.path.join(a.out, "ddp_runs.jsonl"), rec)
+
+    run_interleaved(plan, reference, launch.device, W, base_fn, write_fn, t_launch0=t_start, budget_s=budget_s,
+                    rounds=a.rounds, steps=a.steps, warmup=a.warmup, round_warmup=a.round_warmup,
+                    nosync_steps=nosync, max_live=a.max_live, log_fn=log)
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    t_start = time.perf_counter()
+    models = [m for m in a.models.split(",") if m]
+    batch_sizes = parse_list(a.batch_sizes)
+    caps = [cap_value(c) for c in a.caps.split(",") if c]
+    variants = [v for v in a.variants.split(",") if v]
+    for v in variants:
+        variant_options(v)  # fail early on a typo
+    nosync = min(a.steps, 10) if a.nosync_steps is None else a.nosync_steps
+    os.makedirs(a.out, exist_ok=True)
+    if a.mode == "profile":
+        return profile_main(a, models, batch_sizes, t_start)
+    launch = start_launch(a)  # sweep / microbench: under torchrun
+    if a.mode == "microbench":
+        run_microbench(launch, t_start)
+    else:
+        run_sweep(launch, models, batch_sizes, caps, variants, nosync, t_start)
+    finish_launch(launch.launch_id, t_start)
     return 0
 
 
-def overlap_bench(a, models, batch_sizes, device, W, fp, shape, launch_id):
+def overlap_bench(a: argparse.Namespace, models: list[str], batch_sizes: list[int] | None, device: torch.device,
+                  W: int, fp: dict[str, Any], shape: dict[str, Any], launch_id: str) -> None:
     """Each model's backward beside all-reduces (overlap.py); a model that fails is recorded as failed."""
     from . import overlap
 
     rank = dist.get_rank()
     base = {"schema": "ddpsim.overlap/1", "launch_id": launch_id, "world_size": W, "transport": a.transport,
             **shape, "fingerprint": fp}
+    sizes: list[int | None] = list(batch_sizes) if batch_sizes else [None]
     for name in models:
-        for bs in batch_sizes or [None]:
+        for bs in sizes:
             t0 = time.perf_counter()
             try:
                 spec = resolve(name, bs)

@@ -547,7 +547,7 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
     torch = _require_torch()
     _check_precision(precision)
     from ddpsim.measure.hf import build_model, checked_seq, load_model_source
-    from ddpsim.measure.models import ModelArgError
+    from ddpsim.measure.spec import ModelArgError
 
     name = f"hf:{what}"
     beside = os.path.join(base_dir, what)
