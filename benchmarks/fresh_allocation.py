@@ -27,7 +27,7 @@ import sys
 import time
 
 from ddpsim.fitting.calibrate import load_measurements
-from ddpsim.fitting.pool import (
+from validation.pool import (
     FOLD_CACHE_VERSION,
     MODES,
     RUNS_PER_GROUP,

@@ -7,7 +7,7 @@ The campaigns (``CAMPAIGNS``): three 4 x H200 allocations (``validation/data/h20
 allocations, at 4 GPUs and, where measured, 2 GPUs. For every model, transport and world size of each
 campaign the run of variant ``none`` at cap 25 and each option's run are simulated with
 ``run_scenario``, the campaign's own profile and the shipped calibration
-``validation/calibration-h200x4.json``, the run's DDP options set on the scenario. Effect = option step /
+``ddpsim/calibration/shipped/x4-h200.json``, the run's DDP options set on the scenario. Effect = option step /
 none step, measured (pooled medians of the same launch) and predicted. A model without a profile in
 its campaign is skipped.
 
@@ -47,7 +47,7 @@ CAMPAIGNS = tuple(f"validation/data/{name}" for name in (
     "h200x4-options-2026-11-27", "h200x4-options-2026-11-27b"))
 SOURCE = ("14 options campaigns on three 4 x H200 and eight 4 x H100 allocations "
           "(validation/data/h*-options-2026-11-26*, h200x4-options-2026-11-27 and -27b)")
-CALIBRATION = "validation/calibration-h200x4.json"
+CALIBRATION = "ddpsim/calibration/shipped/x4-h200.json"
 OPTIONS = {
     "find_unused": {"find_unused_parameters": True},
     "static_graph": {"static_graph": True},

@@ -51,9 +51,9 @@ def sweep_dir(tmp_path_factory):
 
 # ---- every output, from the CLI, against its schema ----
 
-def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
+def test_run_result_v3_has_the_resolved_scenario_and_names(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--json", "--set", "cluster.inter_node.latency=7us"))
-    assert data["kind"] == "run-result" and data["schema_version"] == 2
+    assert data["kind"] == "run-result" and data["schema_version"] == 3
     # pyproject's version, which the package's __version__ repeats
     assert data["ddpsim_version"] == ddpsim.__version__
     scenario = data["resolved_scenario"]
@@ -79,7 +79,7 @@ def test_every_value_source_an_option_adds_is_in_the_schema(capsys):
     data = _valid("run-result", _json_out(
         capsys, "run", QUICKSTART, "--json", "--set", "ddp.comm_hook=bf16", "--set", "ddp.grad_accumulation_steps=2",
         "--set", "ddp.find_unused_parameters=true",
-        "--set", f"calibration={os.path.join(ROOT, 'validation', 'calibration-h100x4-multinode.json')}"))
+        "--set", f"calibration={os.path.join(ROOT, 'ddpsim', 'calibration', 'shipped', 'x4-multinode-h100.json')}"))
     sources = data["value_sources"]
     assert {"compress_hook", "accumulation_micro_steps", "autograd_nodes", "step_time_spread"} <= set(sources)
     # the count that used to sit in the key leads the value
@@ -145,8 +145,8 @@ def test_sweep_outputs_validate(sweep_dir, capsys):
 
 def test_validate_and_calibrate_outputs_validate(tmp_path, capsys):
     campaign = os.path.join(DATA, "h100x2-profiles-2026-11-26o")
-    calibration = os.path.join(ROOT, "validation", "calibration-h200x4.json")
-    report = _json_out(capsys, "validate", campaign, "--calibration", calibration, "--json", rc=1)
+    calibration = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")
+    report = _json_out(capsys, "validate", campaign, "--calibration", calibration, "--json", "--allow-other-gpu", rc=1)
     _valid("validation", report)
     nccl = os.path.join(DATA, "h200x4-2026-11-26")
     out = tmp_path / "links.json"
@@ -157,16 +157,17 @@ def test_validate_and_calibrate_outputs_validate(tmp_path, capsys):
     assert json.loads(out.read_text()) == printed  # --json prints what it wrote
     recentred = tmp_path / "probed.json"
     _valid("calibration", _json_out(capsys, "calibrate", os.path.join(DATA, "h200x2-measure-2026-11-27b"),
-                                    "--recentre", os.path.join(ROOT, "validation", "calibration-h200-pooled.json"),
+                                    "--recentre", os.path.join(ROOT, "ddpsim", "calibration", "shipped", "pooled-h200.json"),
                                     "--out", str(recentred), "--json"))
     # what ddpsim writes, it reads back; and the shipped calibrations (older: no version fields) still validate
     from ddpsim.calibration.file import read_calibration
 
     read_calibration(str(out))
-    for name in sorted(os.listdir(os.path.join(ROOT, "validation"))):
-        if name.startswith("calibration-") and name.endswith(".json"):
-            with open(os.path.join(ROOT, "validation", name)) as handle:
-                _valid("calibration", json.load(handle))
+    shipped = os.path.join(ROOT, "ddpsim", "calibration", "shipped")
+    assert len(os.listdir(shipped)) >= 7
+    for name in sorted(os.listdir(shipped)):
+        with open(os.path.join(shipped, name)) as handle:
+            _valid("calibration", json.load(handle))
 
 
 def test_validate_fsdp_is_one_object(tmp_path, capsys):
@@ -263,7 +264,7 @@ def _fields(node, where=""):
 # removed or renamed: move that kind's schema_version, say what changed in docs/reference.md ("Output
 # contracts"), then update its line.
 FIELDS_AT_VERSION = {
-    "run-result": (2, "7ea7133007d7"),
+    "run-result": (3, "e7f6c9e30600"),
     "sweep": (1, "91e089923235"),
     "sweep-point": (1, "39539896b787"),
     "scale": (1, "3a014881e068"),
@@ -272,7 +273,7 @@ FIELDS_AT_VERSION = {
     "tune-strategy": (1, "fdeb751e1ba2"),
     "validate-fsdp": (1, "a031467bad5b"),
     "validation": (1, "86571fddc787"),
-    "calibration": (2, "193d13fd53db"),
+    "calibration": (3, "4e5e804f8506"),
     "measure": (1, "ffdbbade2d06"),
 }
 

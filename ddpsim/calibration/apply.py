@@ -5,12 +5,15 @@ value came from out; no file is read here (``file.py`` read and checked the cali
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ddpsim.calibration.file import NO_EFFECT, NOT_CARRIED, OTHER_MODEL_NOTE
+from ddpsim.calibration.file import NO_EFFECT, NOT_CARRIED, OTHER_MODEL_NOTE, Calibration
+from ddpsim.calibration.shipped import shipped_for_gpu
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 from ddpsim.scenario.provenance import bandwidth_text, inter_node_source, intra_node_source, overheads_source
 from ddpsim.scenario.schema import Scenario
@@ -43,6 +46,9 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         return Calibrated(scenario, None, sources)
     link_class = link_class_of_type(cluster.intra_node.type)
     cite = f"calibration {calibration.source}"
+    other_gpu = check_gpu(calibration, cluster.rank_gpus, "the scenario's cluster.gpu")
+    if other_gpu:
+        sources["calibration_gpu"] = other_gpu
     fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
     if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
         # one GPU per node has no intra-node link: every hop is the network's
@@ -137,6 +143,24 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         collective=collective
     )
     return Calibrated(calibrated, table, sources)
+
+
+def check_gpu(calibration: Calibration, gpus: Sequence[str], what: str, option: str = "--set calibration=") -> str | None:
+    """None when the calibration was measured on every GPU kind of ``gpus`` (or does not record its own);
+    with ``other_gpu_allowed``, the line a ``from:`` row shows; else refused naming ``option`` with the
+    shipped calibration of the other kind: one calibration's link rates
+    and overheads are its GPU kind's, and on another kind they answer wrongly without a word."""
+    measured_on = calibration.measured_on
+    others = sorted({g for g in gpus if measured_on is not None and get_gpu(g).name != measured_on.gpu})
+    if measured_on is None or not others:
+        return None
+    if calibration.other_gpu_allowed:
+        return (f"calibration {calibration.source} measured on {measured_on.gpu}, used for {', '.join(others)} "
+                "(--allow-other-gpu): its link rates and overheads are the other kind's")
+    shipped = shipped_for_gpu(others[0])
+    instead = (f"{option}{shipped}, or " if shipped else "") + "a calibration of your own (ddpsim calibrate DIR)"
+    raise ScenarioError(f"was measured on {measured_on.gpu} and {what} is {', '.join(others)}: use {instead}, "
+                        "or pass --allow-other-gpu to use it anyway", file=calibration.source, field="measured_on.gpu")
 
 
 def _replaced_written(scenario: Scenario, fields: dict[str, tuple[float, float, Any]]) -> str:

@@ -15,14 +15,18 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ddpsim.calibration.shipped import is_shipped_name, shipped_path
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu, gpu_names
 from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.overheads import OverheadSpec
 from ddpsim.spread import Z90
 
-SCHEMA = "ddpsim.calibration/2"
+SCHEMA = "ddpsim.calibration/3"
+# version 2 did not record what it was measured on (measured_on): read as it is, its GPU kind unchecked
+_SCHEMA_V2 = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
 _SCHEMA_V1 = "ddpsim.calibration/1"
 _FACTOR_TERMS = ("compute_slowdown", "comm_slowdown")
@@ -59,7 +63,7 @@ NO_EFFECT: dict[str, Any] = {
 # NVLink 23.7 -> 8.3%, shared memory 4.5 -> 5.4%, sockets 12.1 -> 6.2%; K (h100x4-overlap-2026-11-27) NVLink
 # 37.8 -> 7.1%, shared memory 8.5 -> 7.3%; O NVLink 13.3 -> 13.4%. Not the default: on the held-out
 # communication-bound mlp-wide (h100x4-mlp-wide-2026-11-27, measured after the option was built), predicted
-# by validation/calibration-h200x4.json, whose fit includes the communication-bound mlp-heavy, the carried
+# by ddpsim/calibration/shipped/x4-h200.json, whose fit includes the communication-bound mlp-heavy, the carried
 # terms were right and leaving them out was not (shared memory 2.9 -> 9.0%, NVLink 3.2 -> 4.7% mean).
 FITTED_MODELS_ONLY_KEY = "comm_terms_fitted_models_only"
 NOT_CARRIED: tuple[str, ...] = ("allreduce_stretch", "comm_slowdown", "idle_start_wait_s")
@@ -67,6 +71,16 @@ OTHER_MODEL_NOTE = ("a fit's terms carry between models only as far as the model
                     "out, NVLink, 23.7% mean error with the other models' terms and 8.3% without their "
                     "communication terms (calibrate(comm_terms_fitted_models_only=True)), but a held-out communication-bound "
                     "model 3.2% with them and 4.7% without; docs/model.md")
+
+
+@dataclass(frozen=True)
+class MeasuredOn:
+    """What a calibration was measured on: its GPU kind (the catalog's name), the GPU counts of its runs and
+    its link classes. A calibration drives only scenarios and data of its own GPU kind unless allowed."""
+
+    gpu: str
+    gpu_counts: tuple[int, ...]
+    link_classes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -85,6 +99,10 @@ class Calibration:
     allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # measured reduce-scatter and all-gather curves per link class, collective and shape (sharded_fit.py)
     collectives: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # None: a file written before calibrations recorded their GPU (it cannot be checked against a scenario's)
+    measured_on: MeasuredOn | None = None
+    # the user allowed this calibration on another GPU kind (--allow-other-gpu); the run says so in a from: row
+    other_gpu_allowed: bool = False
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -157,6 +175,8 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
     """Check every entry now, so that a bad file fails when it is read, naming the file and field."""
     if data.get("schema") == _SCHEMA_V1:
         data = _upgrade_v1(data)
+    if data.get("schema") == _SCHEMA_V2 and "measured_on" not in data:
+        data = {**data, "schema": SCHEMA}
     if data.get("schema") != SCHEMA:
         raise ScenarioError(f"expected schema '{SCHEMA}'", file=source, field="schema")
     _known_keys(data, CALIBRATION_KEYS, source, "")
@@ -203,7 +223,30 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         allocation_spread=_sigmas(data.get("allocation_spread") or {}, source, "allocation_spread",
                                   ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")),
         collectives=data.get("collectives") or {},
+        measured_on=_measured_on(data.get("measured_on"), source),
     )
+
+
+def _measured_on(data: Any, source: str) -> MeasuredOn | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) - {"gpu", "gpu_counts", "link_classes"}:
+        raise ScenarioError("expected a mapping of gpu, gpu_counts and link_classes", file=source, field="measured_on")
+    gpu, counts, classes = data.get("gpu"), data.get("gpu_counts"), data.get("link_classes")
+    if not isinstance(gpu, str):
+        raise ScenarioError(f"expected a GPU of the catalog ({', '.join(gpu_names())}), got {gpu!r}", file=source,
+                            field="measured_on.gpu")
+    try:
+        gpu = get_gpu(gpu).name  # the catalog's own name: H100-SXM and H100 are one kind
+    except ScenarioError as exc:
+        raise ScenarioError(exc.detail, file=source, field="measured_on.gpu") from None
+    if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+        raise ScenarioError(f"expected a list of GPU counts >= 1, got {counts!r}", file=source,
+                            field="measured_on.gpu_counts")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise ScenarioError(f"expected a list of link class names, got {classes!r}", file=source,
+                            field="measured_on.link_classes")
+    return MeasuredOn(str(gpu), tuple(counts), tuple(classes))
 
 
 def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, Any]:
@@ -254,8 +297,20 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_calibration(path: str) -> Calibration:
-    """Read and check a calibration file; the only place a calibration touches the disk."""
+    """Read and check a calibration file, or a shipped one by its name (``pooled:H200``, ``shipped.py``);
+    the only place a calibration touches the disk. A shipped one's source is its name."""
+    if is_shipped_name(path):
+        data = read_json_object(shipped_path(path), "calibration", field="calibration")
+        return calibration_from_dict(data, path)
     return calibration_from_dict(read_json_object(path, "calibration", field="calibration"), path)
+
+
+def read_calibration_dict(path: str) -> dict[str, Any]:
+    """A calibration file's content (a shipped one by its name), checked: what a tool that writes a new
+    calibration from it (``calibrate --recentre``) starts from."""
+    data = read_json_object(shipped_path(path) if is_shipped_name(path) else path, "calibration", field="calibration")
+    calibration_from_dict(data, path)
+    return data
 
 
 def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
@@ -311,6 +366,8 @@ CALIBRATION_KEYS = frozenset({
     "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from", "collectives",
     # the output contract's version fields (ddpsim.schemas.document); files written before them lack them
     "kind", "schema_version", "ddpsim_version",
+    # the GPU kind, GPU counts and link classes it was measured on (files written before lack it)
+    "measured_on",
 })
 # the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
 SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")

@@ -29,7 +29,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.report.tables import bucket_table, summary_table
     from ddpsim.simulation import simulate
 
-    result = simulate(load_scenario(args.scenario, args.overrides))
+    result = simulate(load_scenario(args.scenario, args.overrides, args.allow_other_gpu))
     traces: list[str] = []
     if args.trace:
         from ddpsim.report.trace import write_trace
