@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ddpsim.calibration.file import SCHEMA, calibration_from_dict
+from ddpsim.calibration.file import SCHEMA, NoiseSigmas, calibration_from_dict
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.calibrate import (
     Measurements,
@@ -332,13 +332,13 @@ def predict_fold(
             touched = probed_part(run) in probed
             with_probe = predict_run(measured, run, probed_cal).predicted_s if touched else None
             level = predict_run(measured, run, level_cal).predicted_s if touched else None
-            noise = pooled.noise.get(link_class) or {}
+            noise = pooled.noise.get(link_class) or NoiseSigmas()
             rows.append(HeldOutRun(
                 allocation=allocation.name, gpu=allocation.gpu, group=row.group, link_class=link_class,
                 model=row.model, world_size=row.world_size, nodes=row.nodes, bucket_cap_mb=row.bucket_cap_mb,
                 launch=row.launch, measured_s=row.measured_s, pooled_s=row.predicted_s, probed_s=with_probe,
                 model_in_fit=row.model in (pooled.overhead_models(link_class, row.world_size) or []),
-                step_sigma=noise.get("step_sigma"), launch_sigma=noise.get("launch_sigma"), level_s=level,
+                step_sigma=noise.step_sigma, launch_sigma=noise.launch_sigma, level_s=level,
             ))
     if cache:
         _write_cache(cache, {"held_out": sorted(names), "training": [a.name for a in training], "modes": list(MODES),

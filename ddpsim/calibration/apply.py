@@ -49,7 +49,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     other_gpu = check_gpu(calibration, cluster.rank_gpus, "the scenario's cluster.gpu")
     if other_gpu:
         sources["calibration_gpu"] = other_gpu
-    fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
+    fitted, where = calibration.link_fit_at(link_class, cluster.world_size, cluster.nodes)
     if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
         # one GPU per node has no intra-node link: every hop is the network's
         intra, table = cluster.intra_node, None
@@ -70,18 +70,18 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     inter = cluster.inter_node
     overhead_class = link_class
     if cluster.nodes > 1:
-        network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
+        network, net_where = calibration.link_fit_at(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
         if network is None:
             sources["inter_node_network"] = f"{sources['inter_node_network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
         else:
             # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
             # the bandwidth each GPU gets through the network
             inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
-                            duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
+                            duplex_factor=network.duplex_factor)
             written = cluster.inter_node
             sources["network_endpoint_duplex"] = (
                 f"{cite} {net_where}.duplex_factor {inter.duplex_factor:.2f}: "
-                f"{network.raw.get('duplex_source', 'not recorded')}"
+                f"{network.duplex_source}"
                 + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
                                                (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
             if not cluster.uniform and inter.duplex_factor >= 1.0:
@@ -201,10 +201,3 @@ def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) ->
         hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},
         transport_efficiency={**intra.transport_efficiency, **network.transport_efficiency},
     )
-
-
-def _duplex_factor(entry: dict[str, Any], source: str, where: str) -> float:
-    value = entry.get("duplex_factor", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 <= value <= 1:
-        raise ScenarioError(f"expected a fraction in [0.5, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
-    return float(value)

@@ -41,7 +41,30 @@ class LinkFit:
     algorithm: str | None
     protocol_table: ProtocolTable | None
     call_floor_s: float
-    raw: dict[str, Any] = field(compare=False, repr=False)
+    # the network's endpoint: the share of its one-way rate each direction keeps when a GPU sends and receives
+    # across nodes at once (1: full duplex), and how it was measured (network fits only)
+    duplex_factor: float = 1.0
+    duplex_source: str = "not recorded"
+
+
+@dataclass(frozen=True)
+class NoiseSigmas:
+    """A link class's measured spread of the step, as lognormal sigmas (None: not measured)."""
+
+    step_sigma: float | None = None  # step to step within a launch
+    launch_sigma: float | None = None  # launch to launch of the same configuration
+
+
+@dataclass(frozen=True)
+class AllocationSpread:
+    """A pooled calibration's measured spread between machine allocations for a link class (lognormal sigmas):
+    of the allocations' offsets (``sigma``) and of the runs around them (``residual_sigma``, which holds the
+    launch noise), and the same after a probe re-centred the pool on the allocation."""
+
+    sigma: float | None = None
+    residual_sigma: float | None = None
+    sigma_after_probe: float | None = None
+    residual_sigma_after_probe: float | None = None
 
 
 # the value of every fitted DDP overhead term at which it changes nothing
@@ -93,10 +116,10 @@ class Calibration:
     overheads: dict[str, Any] = field(compare=False, repr=False)
     calibration_subset: dict[str, Any] = field(compare=False, repr=False)
     data_dir: str | None = None
-    noise: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # a pooled calibration's measured spread between allocations per link class (pool.py); absent in
-    # files fitted on one allocation, whose interval is that allocation's noise alone
-    allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    noise: dict[str, NoiseSigmas] = field(default_factory=dict, compare=False, repr=False)
+    # a pooled calibration's measured spread between allocations per link class (validation/pool.py); absent
+    # in files fitted on one allocation, whose interval is that allocation's noise alone
+    allocation_spread: dict[str, AllocationSpread] = field(default_factory=dict, compare=False, repr=False)
     # measured reduce-scatter and all-gather curves per link class, collective and shape (sharded_fit.py)
     collectives: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     # None: a file written before calibrations recorded their GPU (it cannot be checked against a scenario's)
@@ -118,23 +141,24 @@ class Calibration:
         """The lognormal sigmas ``step_interval`` adds, each named by the calibration field it comes from, so
         that a user reads how much of an interval is noise within a launch, between launches, and between
         machine allocations."""
-        entry = self.noise.get(link_class) or {}
-        spread = self.allocation_spread.get(link_class) or {}
+        entry = self.noise.get(link_class) or NoiseSigmas()
+        spread = self.allocation_spread.get(link_class) or AllocationSpread()
         # the runs' spread around their allocation's offset was measured over launches: it holds the
         # launch noise, and replaces it
-        residual = spread.get("residual_sigma")
-        named = [(f"noise.{link_class}.step_sigma", entry.get("step_sigma")),
+        residual = spread.residual_sigma
+        named = [(f"noise.{link_class}.step_sigma", entry.step_sigma),
                  (f"allocation_spread.{link_class}.residual_sigma", residual) if residual is not None
-                 else (f"noise.{link_class}.launch_sigma", entry.get("launch_sigma")),
-                 (f"allocation_spread.{link_class}.sigma (between allocations)", spread.get("sigma"))]
-        return [(name, float(sigma)) for name, sigma in named if sigma is not None]
+                 else (f"noise.{link_class}.launch_sigma", entry.launch_sigma),
+                 (f"allocation_spread.{link_class}.sigma (between allocations)", spread.sigma)]
+        return [(name, sigma) for name, sigma in named if sigma is not None]
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;
         an intra-node class's for this many GPUs per node where that many were measured."""
-        return self._link_entry(link_class, world_size, nodes)[0]
+        return self.link_fit_at(link_class, world_size, nodes)[0]
 
-    def _link_entry(self, link_class: str, world_size: int, nodes: int) -> tuple[LinkFit | None, str]:
+    def link_fit_at(self, link_class: str, world_size: int, nodes: int) -> tuple[LinkFit | None, str]:
+        """``link_fit`` and where in the file it is (``link_classes.nvlink.by_world_size.2``), for sources."""
         fitted = self.link_classes.get(link_class)
         if fitted is None:
             return None, ""
@@ -219,9 +243,11 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         overheads=overheads,
         calibration_subset=subset if isinstance(subset, dict) else {},
         data_dir=data_dir if isinstance(data_dir, str) else None,
-        noise=_sigmas(data.get("noise") or {}, source, "noise", ("step_sigma", "launch_sigma")),
-        allocation_spread=_sigmas(data.get("allocation_spread") or {}, source, "allocation_spread",
-                                  ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")),
+        noise={name: NoiseSigmas(**sigmas) for name, sigmas in _sigmas(
+            data.get("noise") or {}, source, "noise", ("step_sigma", "launch_sigma")).items()},
+        allocation_spread={name: AllocationSpread(**sigmas) for name, sigmas in _sigmas(
+            data.get("allocation_spread") or {}, source, "allocation_spread",
+            ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")).items()},
         collectives=data.get("collectives") or {},
         measured_on=_measured_on(data.get("measured_on"), source),
     )
@@ -249,18 +275,18 @@ def _measured_on(data: Any, source: str) -> MeasuredOn | None:
     return MeasuredOn(str(gpu), tuple(counts), tuple(classes))
 
 
-def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, Any]:
+def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
     """A section of lognormal sigmas per link class (``noise``, ``allocation_spread``): a mapping of mappings
-    whose listed keys, where present, are numbers."""
+    whose listed keys, where present, are numbers (the others record how they were measured)."""
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping", file=source, field=section)
+    out: dict[str, dict[str, float | None]] = {}
     for name, entry in data.items():
         if not isinstance(entry, dict):
             raise ScenarioError("expected a mapping", file=source, field=f"{section}.{name}")
-        for key in keys:
-            if entry.get(key) is not None:
-                _number(entry, key, source, f"{section}.{name}")
-    return data
+        out[str(name)] = {key: None if entry.get(key) is None else _number(entry, key, source, f"{section}.{name}")
+                          for key in keys}
+    return out
 
 
 def _collectives(data: Any, source: str) -> None:
@@ -318,13 +344,17 @@ def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
     if algorithm is not None and algorithm not in ("ring", "tree", "hierarchical"):
         raise ScenarioError(f"expected ring, tree or hierarchical, got {algorithm!r}", file=source, field=f"{where}.algorithm")
     floor = entry.get("call_floor_s", 0.0)
+    duplex = entry.get("duplex_factor", 1.0)
+    if isinstance(duplex, bool) or not isinstance(duplex, int | float) or not 0.5 <= duplex <= 1:
+        raise ScenarioError(f"expected a fraction in [0.5, 1], got {duplex!r}", file=source, field=f"{where}.duplex_factor")
     return LinkFit(
         bandwidth_Bps=_number(entry, "bandwidth_Bps", source, where, positive=True),
         latency_s=_number(entry, "latency_s", source, where),
         algorithm=algorithm,
         protocol_table=_protocol_table(entry.get("protocol_table"), source, where),
         call_floor_s=_number({"call_floor_s": floor}, "call_floor_s", source, where),
-        raw=entry,
+        duplex_factor=float(duplex),
+        duplex_source=str(entry.get("duplex_source", "not recorded")),
     )
 
 
