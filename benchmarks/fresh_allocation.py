@@ -130,7 +130,7 @@ def _baseline_rows(allocations: list[Allocation], path: str, log) -> list[tuple[
         for run in measured.runs:
             link_class = run_class(run)
             world, nodes = int(run["world_size"]), int(run.get("nodes") or 1)
-            if not is_plain(run) or link_class not in calibration.overheads or (
+            if not is_plain(run) or not calibration.has_overheads(link_class) or (
                     nodes > 1 and calibration.link_fit("net", world, nodes) is None) or (
                     nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None):
                 continue

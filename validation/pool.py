@@ -324,7 +324,7 @@ def predict_fold(
         level_cal = calibration_from_dict(recentre(data, links, keep_shape=True)[0], f"<{allocation.name}, level>")
         for run in plain[allocation.name]:
             link_class = run_class(run)
-            if link_class not in pooled.overheads or not _has_link(pooled, run):
+            if not pooled.has_overheads(link_class) or not _has_link(pooled, run):
                 if log:
                     log(f"{allocation.name}: {link_class} not in the pooled fit, not predicted")
                 continue

@@ -55,7 +55,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         intra, table = cluster.intra_node, None
         sources["intra_node_link"] = "none (one GPU per node)"
     elif fitted is None:
-        known = ", ".join(sorted(calibration.link_classes))
+        known = ", ".join(calibration.link_class_names)
         raise ScenarioError(
             f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
         )
@@ -97,7 +97,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
                 "cluster.inter_node.latency": (written.latency_s, inter.latency_s, format_time),
             })
             sources["protocol_table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
-            if INTER_NODE_LINK_CLASS in calibration.overheads:
+            if calibration.has_overheads(INTER_NODE_LINK_CLASS):
                 overhead_class = INTER_NODE_LINK_CLASS
     values = calibration.overhead_values(overhead_class, cluster.world_size)
     fitted_on = calibration.overhead_models(overhead_class, cluster.world_size)

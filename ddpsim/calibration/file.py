@@ -152,6 +152,23 @@ class Calibration:
                  (f"allocation_spread.{link_class}.sigma (between allocations)", spread.sigma)]
         return [(name, sigma) for name, sigma in named if sigma is not None]
 
+    @property
+    def link_class_names(self) -> tuple[str, ...]:
+        """The link classes this calibration fitted (``link_classes.<name>``), sorted."""
+        return tuple(sorted(self.link_classes))
+
+    def has_overheads(self, link_class: str) -> bool:
+        """Whether DDP overheads were fitted for this link class (``overheads.<link class>``)."""
+        return link_class in self.overheads
+
+    def measured_shapes(self, link_class: str) -> tuple[str, ...]:
+        """The node shapes (``2x2``) a network class was swept on; empty when not recorded."""
+        return tuple(str(s) for s in (self.link_classes.get(link_class) or {}).get("shapes") or [])
+
+    def measured_world_sizes(self, link_class: str) -> tuple[int, ...]:
+        """The GPU counts per node a one-node class was swept on; empty when not recorded."""
+        return tuple(int(w) for w in (self.link_classes.get(link_class) or {}).get("world_sizes") or [])
+
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;
         an intra-node class's for this many GPUs per node where that many were measured."""

@@ -466,7 +466,7 @@ def _unpredictable(run: dict[str, Any], calibration: Calibration) -> str:
         return "no multi-node sweeps outside it to fit the network on"
     if nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None:
         return f"no {run['transport']} sweeps outside it to fit the link on"
-    if run_class(run) not in calibration.overheads:
+    if not calibration.has_overheads(run_class(run)):
         return f"no {run_class(run)} runs outside it to fit the DDP overheads on"
     return ""
 
