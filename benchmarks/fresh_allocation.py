@@ -11,7 +11,10 @@ GPU kind and link class, the errors, the spread of the allocations' offsets, and
 a p10..p90 built from the other allocations' spreads only.
 
     python benchmarks/fresh_allocation.py --folds 5 > benchmarks/fresh_allocation_output.txt
-    python benchmarks/fresh_allocation.py --folds 5 --write-pooled validation   # also the pooled files
+    python benchmarks/fresh_allocation.py --folds 5 --write-pooled reports/pooled   # also the pooled files
+
+The shipped pooled calibrations (``pooled:H100``, ``pooled:H200``: ``ddpsim/calibration/shipped/``) are copies of
+such files, made by hand after a review: the benchmark never writes into the package.
 
 Fits are cached per fold (``--cache``): a rerun with the same folders and settings reads them back.
 """
@@ -27,7 +30,7 @@ import sys
 import time
 
 from ddpsim.fitting.calibrate import load_measurements
-from ddpsim.fitting.pool import (
+from validation.pool import (
     FOLD_CACHE_VERSION,
     MODES,
     RUNS_PER_GROUP,
@@ -45,7 +48,8 @@ from ddpsim.fitting.pool import (
     write_pooled,
 )
 
-POOLED_NAMES = {"H100-SXM": "calibration-h100-pooled.json", "H200": "calibration-h200-pooled.json"}
+# the shipped files' names (ddpsim/calibration/shipped/)
+POOLED_NAMES = {"H100-SXM": "pooled-h100.json", "H200": "pooled-h200.json"}
 
 
 def _summary_lines(rows: list[HeldOutRun], title: str) -> list[str]:
@@ -114,17 +118,19 @@ def _baseline_rows(allocations: list[Allocation], path: str, log) -> list[tuple[
     from ddpsim.fitting.validate import predict_run
 
     calibration = read_calibration(path)
-    seen = os.path.basename(os.path.normpath(calibration.data_dir or ""))
+    # the folders it was fitted on (data_dir in files written by calibrate before they named them)
+    seen = set(calibration.calibration_subset.get("folders") or [])
+    seen.add(os.path.basename(os.path.normpath(calibration.data_dir or "")))
     rows: list[HeldOutRun] = []
     inside: list[bool | None] = []
     for a in allocations:
-        if seen in {os.path.basename(f) for f in a.folders}:
+        if seen & {os.path.basename(f) for f in a.folders}:
             continue
         measured = load_measurements(a.folders)
         for run in measured.runs:
             link_class = run_class(run)
             world, nodes = int(run["world_size"]), int(run.get("nodes") or 1)
-            if not is_plain(run) or link_class not in calibration.overheads or (
+            if not is_plain(run) or not calibration.has_overheads(link_class) or (
                     nodes > 1 and calibration.link_fit("net", world, nodes) is None) or (
                     nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None):
                 continue
@@ -194,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--write-pooled", metavar="DIR",
                         help="fit each GPU kind on every allocation and write its pooled calibration here")
     args = parser.parse_args(argv)
+    package = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "ddpsim"))
+    if args.write_pooled and os.path.commonpath([os.path.realpath(args.write_pooled), package]) == package:
+        parser.error("--write-pooled: not inside the package (ddpsim/); write elsewhere, review, then copy")
 
     def log(line: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {line}", file=sys.stderr, flush=True)
@@ -239,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write_pooled:
         for gpu in sorted({a.gpu for a in allocations}):
             data = _pooled_fit([a for a in allocations if a.gpu == gpu], args.per_group, args.cache, log)
-            path = os.path.join(args.write_pooled, POOLED_NAMES.get(gpu, f"calibration-{gpu.lower()}-pooled.json"))
+            path = os.path.join(args.write_pooled, POOLED_NAMES.get(gpu, f"pooled-{gpu.lower()}.json"))
             write_pooled(path, data, allocation_spread_entry(rows, gpu))
             print(f"wrote {path}: fitted on every allocation above of {gpu}")
     return 0

@@ -9,6 +9,7 @@ straggler below the world size, the cluster size limits).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import math
 import os
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from ddpsim.calibration.file import read_calibration
+from ddpsim.calibration.shipped import is_shipped_name
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.catalog import get_gpu
 from ddpsim.hardware.custom_gpu import custom_gpu
@@ -433,11 +435,17 @@ def apply_overrides(data: dict, overrides: Iterable[str], file: str) -> dict:
             raise ScenarioError(f"the --set value's aliases (*name) expand it to {bomb[1]:,} values, more than the "
                                 f"{MAX_EXPANDED_VALUES:,} a scenario may hold (an alias bomb?)", file=file,
                                 field=dotted.strip() or item)
+        if dotted.strip() == "calibration" and isinstance(value, str) and not is_shipped_name(value):
+            # typed on the command line: relative to the current folder, not to the scenario's (a bundled
+            # scenario's folder is inside the installed package)
+            value = os.path.abspath(value)
         _set_dotted(data, dotted.strip(), value, file)
     return data
 
 
-def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -> Scenario:
+def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".", allow_other_gpu: bool = False) -> Scenario:
+    """The checked scenario. ``allow_other_gpu``: its calibration may have been measured on another GPU kind
+    than the cluster's (``--allow-other-gpu``; apply.check_gpu refuses it otherwise)."""
     root = _Reader(data, "", file, _keys(Scenario) | set(FREE_TEXT_KEYS))
     for key in FREE_TEXT_KEYS:
         value = root.data.get(key)
@@ -453,8 +461,18 @@ def scenario_from_dict(data: Any, file: str = "<memory>", base_dir: str = ".") -
     calibration = None
     if calibration_path is not None:
         # read once here, at the boundary; the simulation gets the value, never the path
+        # a shipped calibration's name (pooled:H200) unless a file of that name exists beside the scenario
         resolved = calibration_path if os.path.isabs(calibration_path) else os.path.join(base_dir, calibration_path)
-        calibration = read_calibration(resolved)
+        if is_shipped_name(calibration_path) and not os.path.exists(resolved):
+            resolved = calibration_path
+        try:
+            calibration = read_calibration(resolved)
+        except ScenarioError as exc:
+            if exc.file is not None:
+                raise
+            raise ScenarioError(exc.detail, file=file, field="calibration") from None
+        if allow_other_gpu:
+            calibration = dataclasses.replace(calibration, other_gpu_allowed=True)
     parallel_reader, collective_reader = root.section(ParallelSpec, "parallel"), root.section(CollectiveSpec, "collective")
     parallel = ParallelSpec(**read_fields(ParallelSpec, parallel_reader))
     collective = CollectiveSpec(**read_fields(CollectiveSpec, collective_reader))
@@ -592,7 +610,8 @@ def read_scenario_dict(path: str) -> dict:
     return data
 
 
-def load_scenario(path: str, overrides: Iterable[str] = ()) -> Scenario:
+def load_scenario(path: str, overrides: Iterable[str] = (), allow_other_gpu: bool = False) -> Scenario:
     """Read a scenario file, apply ``--set`` overrides, validate, and return it in SI units."""
     data = apply_overrides(read_scenario_dict(path), overrides, path)
-    return scenario_from_dict(data, file=path, base_dir=os.path.dirname(os.path.abspath(path)))
+    return scenario_from_dict(data, file=path, base_dir=os.path.dirname(os.path.abspath(path)),
+                              allow_other_gpu=allow_other_gpu)

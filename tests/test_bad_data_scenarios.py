@@ -16,7 +16,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.loader import load_scenario
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CALIBRATION = os.path.join(ROOT, "validation", "calibration-h100x2.json")
+CALIBRATION = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x2-h100.json")
 TOPOLOGY = textwrap.dedent(
     """
     workload: {model: mlp, batch_size: 4}

@@ -81,7 +81,7 @@ def test_without_a_network_fit_the_scenario_network_stays_in_force_and_matters(t
 
 
 def test_shipped_calibration_has_no_network_and_a_multi_node_scenario_says_so(tmp_path):
-    shutil.copy(os.path.join(REPO, "validation", "calibration-h200x4.json"), tmp_path / "cal.json")
+    shutil.copy(os.path.join(REPO, "ddpsim", "calibration", "shipped", "x4-h200.json"), tmp_path / "cal.json")
     (tmp_path / "s.yaml").write_text(
         "workload: {model: mlp, batch_size: 8}\n"
         "cluster: {gpu: H200, nodes: 2, gpus_per_node: 2, intra_node: {type: nvswitch}}\n"

@@ -13,7 +13,7 @@ from ddpsim.calibration.file import SCHEMA, read_calibration
 from ddpsim.errors import ScenarioError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-CALIBRATION = os.path.join(REPO, "validation", "calibration-h200x4.json")
+CALIBRATION = os.path.join(REPO, "ddpsim", "calibration", "shipped", "x4-h200.json")
 SCENARIO = """
 workload: {model: mlp, batch_size: 8}
 cluster: {gpu: H200, nodes: 1, gpus_per_node: 4, intra_node: {type: nvswitch}}

@@ -13,12 +13,12 @@ from ddpsim.collectives import (
     CollectiveModel,
     ProtocolTable,
     build_schedule,
-    closed_form_s,
     double_binary_tree,
 )
 from ddpsim.network import FlowNetwork
 from ddpsim.scenario.schema import ClusterSpec, InterNodeSpec, IntraNodeSpec
 from ddpsim.topology import Topology, build_topology
+from validation.closed_forms import closed_form_s, model_closed_form_s
 
 ALGORITHMS = ("ring", "tree", "hierarchical")
 SIZES = (1e6, 25e6, 256e6)
@@ -61,7 +61,7 @@ def test_uncontended_simulation_equals_closed_form(shape: tuple[int, int], intra
             # rail-fat-tree: the ring leaves each node through the next node's rail (PXN)
             expected = closed_form_s(algorithm, topo.world_size, nbytes, 100e9, 2e-6, nodes,
                                      intra_switched=intra == "nvswitch", channels=model.channels, pxn=nodes > 1)
-            assert model.closed_form_s(nbytes, algorithm) == pytest.approx(expected, rel=1e-12)
+            assert model_closed_form_s(model, nbytes, algorithm) == pytest.approx(expected, rel=1e-12)
             assert model.allreduce_time_s(nbytes, algorithm, "simple") == pytest.approx(expected, rel=1e-9)
             assert detailed_s(model, nbytes, algorithm, "simple") == pytest.approx(expected, rel=1e-9)
 
@@ -73,7 +73,7 @@ def test_closed_form_with_distinct_link_classes_and_protocol_costs() -> None:
         for protocol in ("ll", "ll128", "simple"):
             for nbytes in SIZES:
                 fast = model.allreduce_time_s(nbytes, algorithm, protocol)
-                closed = model.closed_form_s(nbytes, algorithm, protocol)
+                closed = model_closed_form_s(model, nbytes, algorithm, protocol)
                 if algorithm == "ring" and not (protocol == "ll" and nbytes > 1e6):
                     # the ring's PXN hops (NIC-bound) share NVLink with NVLink-bound hops: the
                     # closed form prices the initial fair rates, FAST re-shares when the PXN
@@ -83,7 +83,7 @@ def test_closed_form_with_distinct_link_classes_and_protocol_costs() -> None:
                     assert closed == pytest.approx(fast, rel=1e-9)
     # where every flow of the ring ends together (one link class), no approximation at all
     even = CollectiveModel(build_topology(cluster(4, 8, intra_Bps=400e9, nic_Bps=400e9 / 8)), ProtocolTable.ideal())
-    assert even.closed_form_s(25e6, "ring") == pytest.approx(even.allreduce_time_s(25e6, "ring", "simple"), rel=1e-9)
+    assert model_closed_form_s(even, 25e6, "ring") == pytest.approx(even.allreduce_time_s(25e6, "ring", "simple"), rel=1e-9)
 
 
 @pytest.mark.parametrize("shape", [(1, 8), (2, 8), (8, 8)])
@@ -109,7 +109,7 @@ def test_fast_and_detailed_agree_under_contention() -> None:
         fast = model.allreduce_time_s(25e6, algorithm, "simple")
         assert detailed_s(model, 25e6, algorithm, "simple") == pytest.approx(fast, rel=1e-9)
     shared = model.allreduce_time_s(25e6, "hierarchical", "simple")
-    assert shared > model.closed_form_s(25e6, "hierarchical")
+    assert shared > model_closed_form_s(model, 25e6, "hierarchical")
 
 
 def test_link_bytes_match_the_detailed_network() -> None:
@@ -144,7 +144,7 @@ def test_oversubscribed_spine_slows_the_ring_by_the_factor() -> None:
     spec = cluster(4, 8, oversubscription=4.0)
     rail = CollectiveModel(build_topology(spec), ProtocolTable.ideal())
     assert rail.allreduce_time_s(256e6, "hierarchical", "simple") == pytest.approx(
-        rail.closed_form_s(256e6, "hierarchical"), rel=1e-9)
+        model_closed_form_s(rail, 256e6, "hierarchical"), rel=1e-9)
 
 
 @settings(max_examples=40, deadline=None)

@@ -133,7 +133,7 @@ def test_recorded_options_reach_the_prediction(tmp_path):
 def test_multinode_run_without_a_network_fit_is_refused(tmp_path, capsys):
     camp = _campaign(tmp_path, "h200x4-multinode-2026-11-26",
                      lambda r: r["status"] == "ok" and r["model"] == "resnet50")
-    assert main(["validate", camp, "--calibration", os.path.join(ROOT, "validation", "calibration-h200x4.json")]) == 2
+    assert main(["validate", camp, "--calibration", os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")]) == 2
     err = capsys.readouterr().err
     assert ".nodes" in err and "net" in err and err.count("\n") == 1
 
@@ -237,7 +237,7 @@ def test_the_fixed_stretch_and_the_idle_start_wait_exclude_each_other():
 def test_a_report_over_several_campaigns_names_each_runs_campaign(capsys):
     # every campaign calls its launch "nvlink_w4_0": over two, each row says whose it is
     dirs = [os.path.join(DATA, d) for d in ("h100x4-options-2026-11-26d", "h100x4-options-2026-11-26e")]
-    main(["validate", *dirs, "--calibration", os.path.join(ROOT, "validation", "calibration-h200x4.json")])
+    main(["validate", *dirs, "--calibration", "x4:H200", "--allow-other-gpu"])  # H100 runs, on purpose
     out = capsys.readouterr().out
     assert "h100x4-options-2026-11-26d/nvlink_w4_0" in out and "h100x4-options-2026-11-26e/nvlink_w4_0" in out
 

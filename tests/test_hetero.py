@@ -240,16 +240,17 @@ def test_run_names_uneven_nodes_and_only_the_nic_defaults_it_used() -> None:
     assert "nic_bandwidth 400 Gbps" in network
 
 
-@pytest.mark.parametrize("calibration, warned", [("calibration-h200x4-multinode.json", True),
-                                                 ("calibration-h100x4-multinode.json", False)])
+@pytest.mark.parametrize("calibration, warned", [("x4-multinode-h200.json", True),
+                                                 ("x4-multinode-h100.json", False)])
 def test_uneven_nodes_on_an_unprobed_network_fit_say_what_it_misses(calibration: str, warned: bool) -> None:
     # M's network was fitted without the endpoint probe (full duplex): a 3+1 ring's lone GPU sends and receives
     # across nodes at once, measured 21 to 25% slower than M predicts; U probed it (duplex 0.68) and says nothing
-    path = os.path.join(os.path.dirname(__file__), "..", "validation", calibration)
+    path = os.path.join(os.path.dirname(__file__), "..", "ddpsim", "calibration", "shipped", calibration)
     cluster = {"gpu": "H200", "node_groups": THREE_AND_ONE_SMALL, "intra_node": {"type": "nvswitch", "nvls": "off"},
                "inter_node": {"type": "fat-tree", "nics_per_node": 1}}
     result = simulation.simulate(scenario_from_dict({"workload": {"model": "resnet50", "batch_size": 8},
-                                                     "cluster": cluster, "calibration": os.path.abspath(path)}))
+                                                     "cluster": cluster, "calibration": os.path.abspath(path)},
+                                                    allow_other_gpu=True))  # U is H100's, the cluster H200
     assert ("probe the network" in result.value_sources["network_endpoint_duplex"]) is warned
 
 

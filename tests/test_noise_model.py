@@ -88,7 +88,8 @@ def test_validate_counts_the_runs_inside_their_interval(tmp_path, capsys):
     folder = os.path.join(root, "data", "h100x2-profiles-2026-11-26o")
     if not os.path.isdir(folder):
         pytest.skip("campaign not present")
-    main(["validate", folder, "--calibration", os.path.join(root, "calibration-h200x4.json"), "--out", str(tmp_path / "r")])
+    # A's H200 calibration on an H100 campaign, on purpose (the interval's coverage on a machine it never saw)
+    main(["validate", folder, "--calibration", "x4:H200", "--allow-other-gpu", "--out", str(tmp_path / "r")])
     text = capsys.readouterr().out
     runs = json.loads((tmp_path / "r" / "validation.json").read_text())["runs"]
     # counted here from each run's own numbers, not from the summary
@@ -114,7 +115,7 @@ def test_validate_with_jitter_from_the_profiles():
     folder = os.path.join(root, "data", "h100x2-profiles-2026-11-26o")
     if not os.path.isdir(folder):
         pytest.skip("campaign not present")
-    calibration = read_calibration(os.path.join(root, "calibration-h200x4.json"))
+    calibration = replace(read_calibration("x4:H200"), other_gpu_allowed=True)  # an H100 campaign, on purpose
     v = validate([folder], calibration, jitter_from_profile=True)
     assert v.jitter_from_profile and len(v.rows) == 20 and not v.skipped  # every run predicted, none refused
     runs = load_measurements([folder]).runs
@@ -143,9 +144,10 @@ def test_a_multi_node_step_takes_the_networks_spread(gpus_per_node):
     from ddpsim.simulation import simulate
 
     net, nvlink = (0.06, 0.08), (0.01, 0.02)
-    shipped = os.path.join(os.path.dirname(__file__), "..", "validation", "calibration-h200x4-multinode.json")
+    shipped = os.path.join(os.path.dirname(__file__), "..", "ddpsim", "calibration", "shipped", "x4-multinode-h200.json")
     with open(shipped, encoding="utf-8") as handle:
         data = json.load(handle)  # its fitted links; the noise replaced by known, distinct sigmas
+    data.pop("measured_on")  # an H100 cluster below: a made-up calibration that names no GPU kind
     cal = calibration_from_dict(dict(data, noise={
         "net": {"step_sigma": net[0], "launch_sigma": net[1]},
         "nvlink": {"step_sigma": nvlink[0], "launch_sigma": nvlink[1]}}), "x")

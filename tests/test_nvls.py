@@ -22,6 +22,7 @@ from ddpsim.loader import scenario_from_dict
 from ddpsim.network import FlowNetwork
 from ddpsim.scenario.schema import ClusterSpec
 from ddpsim.topology import build_topology
+from validation.closed_forms import model_closed_form_s
 
 GIB = 2**30
 
@@ -91,7 +92,7 @@ def test_fast_equals_detailed_and_the_closed_form(nodes: int) -> None:
         env.process(model.allreduce_process(env, FlowNetwork(env, model.topology.capacity_Bps), nbytes, "nvls", "simple"))
         env.run()
         assert env.now == pytest.approx(fast, rel=1e-9)
-        assert model.closed_form_s(nbytes, "nvls") == pytest.approx(fast, rel=1e-9)
+        assert model_closed_form_s(model, nbytes, "nvls") == pytest.approx(fast, rel=1e-9)
 
 
 def test_auto_picks_nvls_on_an_h100_nvswitch_node_only() -> None:

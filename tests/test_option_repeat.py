@@ -14,7 +14,7 @@ from ddpsim.fitting.validate import option_effects, validate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-options-2026-11-27")
-CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
+CALIBRATION = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")
 
 
 def _cases():

@@ -51,7 +51,7 @@ def sweep_dir(tmp_path_factory):
 
 # ---- every output, from the CLI, against its schema ----
 
-def test_run_result_v2_has_the_resolved_scenario_and_names(capsys):
+def test_run_result_v3_has_the_resolved_scenario_and_names(capsys):
     data = _valid("run-result", _json_out(capsys, "run", QUICKSTART, "--json", "--set", "cluster.inter_node.latency=7us"))
     assert data["kind"] == "run-result" and data["schema_version"] == 3
     # pyproject's version, which the package's __version__ repeats
@@ -80,7 +80,7 @@ def test_every_value_source_an_option_adds_is_in_the_schema(capsys):
     data = _valid("run-result", _json_out(
         capsys, "run", QUICKSTART, "--json", "--set", "ddp.comm_hook=bf16", "--set", "ddp.grad_accumulation_steps=2",
         "--set", "ddp.find_unused_parameters=true",
-        "--set", f"calibration={os.path.join(ROOT, 'validation', 'calibration-h100x4-multinode.json')}"))
+        "--set", f"calibration={os.path.join(ROOT, 'ddpsim', 'calibration', 'shipped', 'x4-multinode-h100.json')}"))
     sources = data["value_sources"]
     assert {"compress_hook", "accumulation_micro_steps", "autograd_nodes", "step_time_spread"} <= set(sources)
     # the count that used to sit in the key leads the value
@@ -146,8 +146,8 @@ def test_sweep_outputs_validate(sweep_dir, capsys):
 
 def test_validate_and_calibrate_outputs_validate(tmp_path, capsys):
     campaign = os.path.join(DATA, "h100x2-profiles-2026-11-26o")
-    calibration = os.path.join(ROOT, "validation", "calibration-h200x4.json")
-    report = _json_out(capsys, "validate", campaign, "--calibration", calibration, "--json", rc=1)
+    calibration = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")
+    report = _json_out(capsys, "validate", campaign, "--calibration", calibration, "--json", "--allow-other-gpu", rc=1)
     _valid("validation", report)
     nccl = os.path.join(DATA, "h200x4-2026-11-26")
     out = tmp_path / "links.json"
@@ -158,16 +158,17 @@ def test_validate_and_calibrate_outputs_validate(tmp_path, capsys):
     assert json.loads(out.read_text()) == printed  # --json prints what it wrote
     recentred = tmp_path / "probed.json"
     _valid("calibration", _json_out(capsys, "calibrate", os.path.join(DATA, "h200x2-measure-2026-11-27b"),
-                                    "--recentre", os.path.join(ROOT, "validation", "calibration-h200-pooled.json"),
+                                    "--recentre", os.path.join(ROOT, "ddpsim", "calibration", "shipped", "pooled-h200.json"),
                                     "--out", str(recentred), "--json"))
     # what ddpsim writes, it reads back; and the shipped calibrations (older: no version fields) still validate
     from ddpsim.calibration.file import read_calibration
 
     read_calibration(str(out))
-    for name in sorted(os.listdir(os.path.join(ROOT, "validation"))):
-        if name.startswith("calibration-") and name.endswith(".json"):
-            with open(os.path.join(ROOT, "validation", name)) as handle:
-                _valid("calibration", json.load(handle))
+    shipped = os.path.join(ROOT, "ddpsim", "calibration", "shipped")
+    assert len(os.listdir(shipped)) >= 7
+    for name in sorted(os.listdir(shipped)):
+        with open(os.path.join(shipped, name)) as handle:
+            _valid("calibration", json.load(handle))
 
 
 def test_validate_fsdp_is_one_object(tmp_path, capsys):
@@ -273,7 +274,7 @@ FIELDS_AT_VERSION = {
     "tune-strategy": (2, "83c1a8b7dced"),
     "validate-fsdp": (1, "a031467bad5b"),
     "validation": (2, "bddfa1da253f"),
-    "calibration": (2, "193d13fd53db"),
+    "calibration": (3, "4e5e804f8506"),
     "measure": (1, "ffdbbade2d06"),
 }
 

@@ -3,7 +3,9 @@ the example scenarios inside the wheel and runnable by name, SPDX license metada
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,6 +111,14 @@ def test_the_wheel_carries_every_scenario_and_the_harness(wheel):
     assert {"ddpsim/measure/cli.py", "ddpsim/measure/hf.py", "ddpsim/measure/worker.py"} <= modules
     assert modules <= names, sorted(modules - names)[:5]
     assert {"ddpsim/py.typed", "ddpsim/planning/data/option_errors.json"} <= names
+    # the shipped calibrations, byte for byte; and nothing of the research (validation/, benchmarks/)
+    shipped = sorted((ROOT / "ddpsim" / "calibration" / "shipped").glob("*.json"))
+    assert len(shipped) >= 7
+    for path in shipped:
+        assert wheel.read(path.relative_to(ROOT).as_posix()) == path.read_bytes()
+    assert not [n for n in names if n.startswith(("validation/", "benchmarks/"))]
+    for moved in ("ddpsim/fitting/pool.py", "ddpsim/measure/hook_mechanism.py", "ddpsim/measure/option_cost.py"):
+        assert moved not in names
 
 
 def test_the_wheel_has_spdx_license_metadata(wheel):
@@ -150,3 +160,76 @@ def test_an_unknown_bare_name_lists_the_bundled_ones(tmp_path, monkeypatch, caps
     assert main(["run", "quickstat"]) == 2
     err = capsys.readouterr().err
     assert "quickstat" in err and "quickstart" in err and "h100-2x8-ib400-gpt2" in err
+
+
+# ---- the README's commands from a plain install of the wheel ----
+
+def _readme_commands() -> list[str]:
+    """Every command line of the README's fenced blocks that starts with ``ddpsim``."""
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```\n(.*?)^```", text, flags=re.S | re.M)
+    return [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()
+            if line.startswith("ddpsim ")]
+
+
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """A fresh venv with the wheel installed offline (no index: pip --no-deps), its dependencies taken from the
+    running interpreter's site-packages through a .pth line (a directory a .pth names is not itself scanned
+    for .pth files, so the checkout's editable install there does not reach this venv)."""
+    import site
+    import sysconfig
+    import venv
+
+    root = tmp_path_factory.mktemp("venv")
+    venv.create(root, with_pip=False)
+    python = root / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    deps = sysconfig.get_paths()["purelib"]
+    assert deps in site.getsitepackages()
+    Path(purelib, "deps-from-the-test-venv.pth").write_text(deps + "\n")
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-index",
+                           "--no-deps", wheel.filename], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return root
+
+
+def _in_venv(root: Path, command: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env.update(MPLBACKEND="Agg", PATH=f"{root / 'bin'}{os.pathsep}{env.get('PATH', '')}")
+    return subprocess.run(command, shell=True, capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
+
+
+def test_the_readme_commands_work_from_a_plain_install(installed, tmp_path):
+    # the installed package is the wheel's, not this checkout's
+    where = _in_venv(installed, "python -c 'import ddpsim; print(ddpsim.__file__)'", tmp_path)
+    assert where.returncode == 0 and str(installed) in where.stdout, where.stdout + where.stderr
+    commands = _readme_commands()
+    probe = [c for c in commands if c.startswith("ddpsim measure --plan probe")]
+    recentre = [c for c in commands if "--recentre pooled:H200" in c]
+    run = [c for c in commands if c.startswith("ddpsim run") and "runs/probe/calibration.json" in c]
+    assert len(probe) == len(recentre) == len(run) == 1, commands
+    # measure needs a GPU host: its help, as printed there; the probe it writes is a committed one
+    helped = _in_venv(installed, "ddpsim measure --help", tmp_path)
+    assert helped.returncode == 0 and "--plan" in helped.stdout, helped.stderr
+    (tmp_path / "runs").mkdir()
+    shutil.copytree(ROOT / "validation" / "data" / "h200x2-measure-2026-11-27", tmp_path / "runs" / "probe")
+    done = _in_venv(installed, recentre[0], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    written = json.loads((tmp_path / "runs" / "probe" / "calibration.json").read_text())
+    assert written["measured_on"]["gpu"] == "H200" and written["probed_from"]["base"] == "pooled:H200"
+    done = _in_venv(installed, run[0], tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    # the path typed in --set is the current folder's, the fitted network in force
+    flat = " ".join(done.stdout.split())  # the table wraps long values
+    assert f"from: inter node network calibration {tmp_path}/runs/probe/calibration.json link_classes.net" in flat, flat
+    # a shipped calibration by name in a scenario file, and its refusal on another GPU kind
+    (tmp_path / "h200.yaml").write_text("workload: {model: resnet50, batch_size: 32}\n"
+                                        "cluster: {gpu: H200, gpus_per_node: 2, intra_node: {type: nvswitch}}\n"
+                                        "calibration: pooled:H200\n")
+    done = _in_venv(installed, "ddpsim run h200.yaml", tmp_path)
+    assert done.returncode == 0 and "calibration pooled:H200 link_classes.nvlink" in " ".join(done.stdout.split())
+    done = _in_venv(installed, "ddpsim run h200.yaml --set cluster.gpu=H100", tmp_path)
+    assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert "--set calibration=pooled:H100" in done.stderr

@@ -1,4 +1,4 @@
-"""Pooled calibration over allocations (``calibration/pool.py``): grouping folders into machines, the
+"""Pooled calibration over allocations (``validation/pool.py``, research) and the probe (``fitting/recentre.py``): grouping folders into machines, the
 balanced runs of a pooled fit, noise paired inside allocations only, the probe's re-centring, the spread
 between allocations and the intervals built from it.
 
@@ -17,7 +17,10 @@ import pytest
 
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.errors import ScenarioError
-from ddpsim.fitting.pool import (
+from ddpsim.fitting.recentre import recentre
+from ddpsim.fitting.validate import in_calibration_subset
+from ddpsim.spread import Z90
+from validation.pool import (
     Allocation,
     HeldOutRun,
     allocation_folds,
@@ -25,13 +28,10 @@ from ddpsim.fitting.pool import (
     balanced_runs,
     find_allocations,
     predict_fold,
-    recentre,
     spread_sigmas,
     summarise,
     within_allocation_noise,
 )
-from ddpsim.fitting.validate import in_calibration_subset
-from ddpsim.spread import Z90
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -247,11 +247,12 @@ def _copy(tmp_path, name, folder, scale_runs=1.0, scale_sweeps=1.0, models=("res
 def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
     from ddpsim.fitting.calibrate import load_measurements
 
-    train = _copy(tmp_path, "h100x2-2026-11-26", "train")
+    # one GPU kind per pool, as find_allocations groups them (a pool of another kind is refused when it predicts)
+    train = _copy(tmp_path, "h200x4-2026-11-26", "train")
     held = _copy(tmp_path, "h200x2-2026-11-26", "held")
     # the same allocation with every step doubled and its sweeps three times slower
     edited = _copy(tmp_path, "h200x2-2026-11-26", "edited", scale_runs=2.0, scale_sweeps=3.0)
-    a_train, a_held, a_edit = (Allocation(os.path.basename(p), "H100-SXM", (p,)) for p in (train, held, edited))
+    a_train, a_held, a_edit = (Allocation(os.path.basename(p), "H200", (p,)) for p in (train, held, edited))
     loaded = {a.name: load_measurements(a.folders) for a in (a_train, a_held, a_edit)}
     plain = predict_fold([a_held], [a_train], loaded)
     moved = predict_fold([a_edit], [a_train], loaded)
@@ -268,7 +269,7 @@ def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
 
 
 def test_a_probe_without_sweeps_is_refused_and_one_with_sweeps_says_what_it_did_not_touch(tmp_path):
-    from ddpsim.fitting.pool import probe_calibration
+    from ddpsim.fitting.recentre import probe_calibration
 
     base = {"schema": SCHEMA, "link_classes": {"nvlink": _link(1e11, [2]), "socket": _link(5e9, [2])},
             "allocation_spread": {"nvlink": {"sigma": 0.1, "sigma_after_probe": 0.02}}}
@@ -303,7 +304,7 @@ def test_the_level_probe_keeps_the_pooled_curves_and_takes_the_probes_bandwidth(
 
 
 def test_leaving_a_class_out_one_allocation_at_a_time_never_fits_on_the_held_out_one(tmp_path):
-    from ddpsim.fitting.pool import cross_validate_allocations
+    from validation.pool import cross_validate_allocations
 
     def allocations(root, doubled):
         root.mkdir()

@@ -13,8 +13,8 @@ import pytest
 
 from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.fitting.calibrate import load_measurements
-from ddpsim.fitting.pool import probe_calibration
 from ddpsim.fitting.probe_overheads import probe_runs, scaled_terms
+from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.fitting.validate import predict_run
 from ddpsim.jsonfile import read_json_object
 

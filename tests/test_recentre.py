@@ -9,7 +9,7 @@ from ddpsim.calibration.file import read_calibration
 from ddpsim.cli.main import main
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POOLED = os.path.join(ROOT, "validation", "calibration-h200-pooled.json")
+POOLED = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "pooled-h200.json")
 PROBE = os.path.join(ROOT, "validation", "data", "h200x2-measure-2026-11-27b")
 
 

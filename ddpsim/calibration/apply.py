@@ -5,12 +5,15 @@ value came from out; no file is read here (``file.py`` read and checked the cali
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ddpsim.calibration.file import NO_EFFECT, NOT_CARRIED, OTHER_MODEL_NOTE
+from ddpsim.calibration.file import NO_EFFECT, NOT_CARRIED, OTHER_MODEL_NOTE, Calibration
+from ddpsim.calibration.shipped import shipped_for_gpu
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, link_class_of_type
 from ddpsim.scenario.provenance import bandwidth_text, inter_node_source, intra_node_source, overheads_source
 from ddpsim.scenario.schema import Scenario
@@ -43,13 +46,16 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
         return Calibrated(scenario, None, sources)
     link_class = link_class_of_type(cluster.intra_node.type)
     cite = f"calibration {calibration.source}"
-    fitted, where = calibration._link_entry(link_class, cluster.world_size, cluster.nodes)
+    other_gpu = check_gpu(calibration, cluster.rank_gpus, "the scenario's cluster.gpu")
+    if other_gpu:
+        sources["calibration_gpu"] = other_gpu
+    fitted, where = calibration.link_fit_at(link_class, cluster.world_size, cluster.nodes)
     if fitted is None and cluster.gpus_per_node == 1 and cluster.nodes > 1:
         # one GPU per node has no intra-node link: every hop is the network's
         intra, table = cluster.intra_node, None
         sources["intra_node_link"] = "none (one GPU per node)"
     elif fitted is None:
-        known = ", ".join(sorted(calibration.link_classes))
+        known = ", ".join(calibration.link_class_names)
         raise ScenarioError(
             f"has no fit for link class '{link_class}' (it has: {known})", file=calibration.source, field="link_classes"
         )
@@ -64,18 +70,18 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     inter = cluster.inter_node
     overhead_class = link_class
     if cluster.nodes > 1:
-        network, net_where = calibration._link_entry(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
+        network, net_where = calibration.link_fit_at(INTER_NODE_LINK_CLASS, cluster.world_size, cluster.nodes)
         if network is None:
             sources["inter_node_network"] = f"{sources['inter_node_network']} ({cite} has no '{INTER_NODE_LINK_CLASS}' fit)"
         else:
             # a ring across nodes waits on the network's hop each step: the fitted bus bandwidth is
             # the bandwidth each GPU gets through the network
             inter = replace(inter, nic_bandwidth_Bps=network.bandwidth_Bps, latency_s=network.latency_s,
-                            duplex_factor=_duplex_factor(network.raw, calibration.source, net_where))
+                            duplex_factor=network.duplex_factor)
             written = cluster.inter_node
             sources["network_endpoint_duplex"] = (
                 f"{cite} {net_where}.duplex_factor {inter.duplex_factor:.2f}: "
-                f"{network.raw.get('duplex_source', 'not recorded')}"
+                f"{network.duplex_source}"
                 + _replaced_written(scenario, {"cluster.inter_node.duplex_factor":
                                                (written.duplex_factor, inter.duplex_factor, "{:g}".format)}))
             if not cluster.uniform and inter.duplex_factor >= 1.0:
@@ -91,7 +97,7 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
                 "cluster.inter_node.latency": (written.latency_s, inter.latency_s, format_time),
             })
             sources["protocol_table"] = f"{cite} {net_where} (base latencies), {where} (intra-node hops)"
-            if INTER_NODE_LINK_CLASS in calibration.overheads:
+            if calibration.has_overheads(INTER_NODE_LINK_CLASS):
                 overhead_class = INTER_NODE_LINK_CLASS
     values = calibration.overhead_values(overhead_class, cluster.world_size)
     fitted_on = calibration.overhead_models(overhead_class, cluster.world_size)
@@ -139,6 +145,24 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
     return Calibrated(calibrated, table, sources)
 
 
+def check_gpu(calibration: Calibration, gpus: Sequence[str], what: str, option: str = "--set calibration=") -> str | None:
+    """None when the calibration was measured on every GPU kind of ``gpus`` (or does not record its own);
+    with ``other_gpu_allowed``, the line a ``from:`` row shows; else refused naming ``option`` with the
+    shipped calibration of the other kind: one calibration's link rates
+    and overheads are its GPU kind's, and on another kind they answer wrongly without a word."""
+    measured_on = calibration.measured_on
+    others = sorted({g for g in gpus if measured_on is not None and get_gpu(g).name != measured_on.gpu})
+    if measured_on is None or not others:
+        return None
+    if calibration.other_gpu_allowed:
+        return (f"calibration {calibration.source} measured on {measured_on.gpu}, used for {', '.join(others)} "
+                "(--allow-other-gpu): its link rates and overheads are the other kind's")
+    shipped = shipped_for_gpu(others[0])
+    instead = (f"{option}{shipped}, or " if shipped else "") + "a calibration of your own (ddpsim calibrate DIR)"
+    raise ScenarioError(f"was measured on {measured_on.gpu} and {what} is {', '.join(others)}: use {instead}, "
+                        "or pass --allow-other-gpu to use it anyway", file=calibration.source, field="measured_on.gpu")
+
+
 def _replaced_written(scenario: Scenario, fields: dict[str, tuple[float, float, Any]]) -> str:
     """The values the scenario's file wrote that the calibration's fit replaces, as text to append to a
     source line: a user who wrote a number must see that it is not the one in force. ``fields`` maps a
@@ -177,10 +201,3 @@ def _with_network(intra: ProtocolTable | None, network: ProtocolTable | None) ->
         hop_latency_s={**intra.hop_latency_s, **network.hop_latency_s},
         transport_efficiency={**intra.transport_efficiency, **network.transport_efficiency},
     )
-
-
-def _duplex_factor(entry: dict[str, Any], source: str, where: str) -> float:
-    value = entry.get("duplex_factor", 1.0)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.5 <= value <= 1:
-        raise ScenarioError(f"expected a fraction in [0.5, 1], got {value!r}", file=source, field=f"{where}.duplex_factor")
-    return float(value)

@@ -15,14 +15,18 @@ import os
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ddpsim.calibration.shipped import is_shipped_name, shipped_path
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.catalog import get_gpu, gpu_names
 from ddpsim.jsonfile import read_json_object
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.overheads import OverheadSpec
 from ddpsim.spread import Z90
 
-SCHEMA = "ddpsim.calibration/2"
+SCHEMA = "ddpsim.calibration/3"
+# version 2 did not record what it was measured on (measured_on): read as it is, its GPU kind unchecked
+_SCHEMA_V2 = "ddpsim.calibration/2"
 # version 1 stored compute_slowdown and comm_slowdown as the extra fraction (0 = no effect)
 _SCHEMA_V1 = "ddpsim.calibration/1"
 _FACTOR_TERMS = ("compute_slowdown", "comm_slowdown")
@@ -37,7 +41,30 @@ class LinkFit:
     algorithm: str | None
     protocol_table: ProtocolTable | None
     call_floor_s: float
-    raw: dict[str, Any] = field(compare=False, repr=False)
+    # the network's endpoint: the share of its one-way rate each direction keeps when a GPU sends and receives
+    # across nodes at once (1: full duplex), and how it was measured (network fits only)
+    duplex_factor: float = 1.0
+    duplex_source: str = "not recorded"
+
+
+@dataclass(frozen=True)
+class NoiseSigmas:
+    """A link class's measured spread of the step, as lognormal sigmas (None: not measured)."""
+
+    step_sigma: float | None = None  # step to step within a launch
+    launch_sigma: float | None = None  # launch to launch of the same configuration
+
+
+@dataclass(frozen=True)
+class AllocationSpread:
+    """A pooled calibration's measured spread between machine allocations for a link class (lognormal sigmas):
+    of the allocations' offsets (``sigma``) and of the runs around them (``residual_sigma``, which holds the
+    launch noise), and the same after a probe re-centred the pool on the allocation."""
+
+    sigma: float | None = None
+    residual_sigma: float | None = None
+    sigma_after_probe: float | None = None
+    residual_sigma_after_probe: float | None = None
 
 
 # the value of every fitted DDP overhead term at which it changes nothing
@@ -59,7 +86,7 @@ NO_EFFECT: dict[str, Any] = {
 # NVLink 23.7 -> 8.3%, shared memory 4.5 -> 5.4%, sockets 12.1 -> 6.2%; K (h100x4-overlap-2026-11-27) NVLink
 # 37.8 -> 7.1%, shared memory 8.5 -> 7.3%; O NVLink 13.3 -> 13.4%. Not the default: on the held-out
 # communication-bound mlp-wide (h100x4-mlp-wide-2026-11-27, measured after the option was built), predicted
-# by validation/calibration-h200x4.json, whose fit includes the communication-bound mlp-heavy, the carried
+# by ddpsim/calibration/shipped/x4-h200.json, whose fit includes the communication-bound mlp-heavy, the carried
 # terms were right and leaving them out was not (shared memory 2.9 -> 9.0%, NVLink 3.2 -> 4.7% mean).
 FITTED_MODELS_ONLY_KEY = "comm_terms_fitted_models_only"
 NOT_CARRIED: tuple[str, ...] = ("allreduce_stretch", "comm_slowdown", "idle_start_wait_s")
@@ -67,6 +94,16 @@ OTHER_MODEL_NOTE = ("a fit's terms carry between models only as far as the model
                     "out, NVLink, 23.7% mean error with the other models' terms and 8.3% without their "
                     "communication terms (calibrate(comm_terms_fitted_models_only=True)), but a held-out communication-bound "
                     "model 3.2% with them and 4.7% without; docs/model.md")
+
+
+@dataclass(frozen=True)
+class MeasuredOn:
+    """What a calibration was measured on: its GPU kind (the catalog's name), the GPU counts of its runs and
+    its link classes. A calibration drives only scenarios and data of its own GPU kind unless allowed."""
+
+    gpu: str
+    gpu_counts: tuple[int, ...]
+    link_classes: tuple[str, ...]
 
 
 @dataclass(frozen=True)
@@ -79,12 +116,16 @@ class Calibration:
     overheads: dict[str, Any] = field(compare=False, repr=False)
     calibration_subset: dict[str, Any] = field(compare=False, repr=False)
     data_dir: str | None = None
-    noise: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    # a pooled calibration's measured spread between allocations per link class (pool.py); absent in
-    # files fitted on one allocation, whose interval is that allocation's noise alone
-    allocation_spread: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    noise: dict[str, NoiseSigmas] = field(default_factory=dict, compare=False, repr=False)
+    # a pooled calibration's measured spread between allocations per link class (validation/pool.py); absent
+    # in files fitted on one allocation, whose interval is that allocation's noise alone
+    allocation_spread: dict[str, AllocationSpread] = field(default_factory=dict, compare=False, repr=False)
     # measured reduce-scatter and all-gather curves per link class, collective and shape (sharded_fit.py)
     collectives: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    # None: a file written before calibrations recorded their GPU (it cannot be checked against a scenario's)
+    measured_on: MeasuredOn | None = None
+    # the user allowed this calibration on another GPU kind (--allow-other-gpu); the run says so in a from: row
+    other_gpu_allowed: bool = False
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -100,23 +141,41 @@ class Calibration:
         """The lognormal sigmas ``step_interval`` adds, each named by the calibration field it comes from, so
         that a user reads how much of an interval is noise within a launch, between launches, and between
         machine allocations."""
-        entry = self.noise.get(link_class) or {}
-        spread = self.allocation_spread.get(link_class) or {}
+        entry = self.noise.get(link_class) or NoiseSigmas()
+        spread = self.allocation_spread.get(link_class) or AllocationSpread()
         # the runs' spread around their allocation's offset was measured over launches: it holds the
         # launch noise, and replaces it
-        residual = spread.get("residual_sigma")
-        named = [(f"noise.{link_class}.step_sigma", entry.get("step_sigma")),
+        residual = spread.residual_sigma
+        named = [(f"noise.{link_class}.step_sigma", entry.step_sigma),
                  (f"allocation_spread.{link_class}.residual_sigma", residual) if residual is not None
-                 else (f"noise.{link_class}.launch_sigma", entry.get("launch_sigma")),
-                 (f"allocation_spread.{link_class}.sigma (between allocations)", spread.get("sigma"))]
-        return [(name, float(sigma)) for name, sigma in named if sigma is not None]
+                 else (f"noise.{link_class}.launch_sigma", entry.launch_sigma),
+                 (f"allocation_spread.{link_class}.sigma (between allocations)", spread.sigma)]
+        return [(name, sigma) for name, sigma in named if sigma is not None]
+
+    @property
+    def link_class_names(self) -> tuple[str, ...]:
+        """The link classes this calibration fitted (``link_classes.<name>``), sorted."""
+        return tuple(sorted(self.link_classes))
+
+    def has_overheads(self, link_class: str) -> bool:
+        """Whether DDP overheads were fitted for this link class (``overheads.<link class>``)."""
+        return link_class in self.overheads
+
+    def measured_shapes(self, link_class: str) -> tuple[str, ...]:
+        """The node shapes (``2x2``) a network class was swept on; empty when not recorded."""
+        return tuple(str(s) for s in (self.link_classes.get(link_class) or {}).get("shapes") or [])
+
+    def measured_world_sizes(self, link_class: str) -> tuple[int, ...]:
+        """The GPU counts per node a one-node class was swept on; empty when not recorded."""
+        return tuple(int(w) for w in (self.link_classes.get(link_class) or {}).get("world_sizes") or [])
 
     def link_fit(self, link_class: str, world_size: int, nodes: int) -> LinkFit | None:
         """The fit for a link class: the network's for this exact shape where that shape was measured;
         an intra-node class's for this many GPUs per node where that many were measured."""
-        return self._link_entry(link_class, world_size, nodes)[0]
+        return self.link_fit_at(link_class, world_size, nodes)[0]
 
-    def _link_entry(self, link_class: str, world_size: int, nodes: int) -> tuple[LinkFit | None, str]:
+    def link_fit_at(self, link_class: str, world_size: int, nodes: int) -> tuple[LinkFit | None, str]:
+        """``link_fit`` and where in the file it is (``link_classes.nvlink.by_world_size.2``), for sources."""
         fitted = self.link_classes.get(link_class)
         if fitted is None:
             return None, ""
@@ -157,6 +216,8 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
     """Check every entry now, so that a bad file fails when it is read, naming the file and field."""
     if data.get("schema") == _SCHEMA_V1:
         data = _upgrade_v1(data)
+    if data.get("schema") == _SCHEMA_V2 and "measured_on" not in data:
+        data = {**data, "schema": SCHEMA}
     if data.get("schema") != SCHEMA:
         raise ScenarioError(f"expected schema '{SCHEMA}'", file=source, field="schema")
     _known_keys(data, CALIBRATION_KEYS, source, "")
@@ -199,25 +260,50 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
         overheads=overheads,
         calibration_subset=subset if isinstance(subset, dict) else {},
         data_dir=data_dir if isinstance(data_dir, str) else None,
-        noise=_sigmas(data.get("noise") or {}, source, "noise", ("step_sigma", "launch_sigma")),
-        allocation_spread=_sigmas(data.get("allocation_spread") or {}, source, "allocation_spread",
-                                  ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")),
+        noise={name: NoiseSigmas(**sigmas) for name, sigmas in _sigmas(
+            data.get("noise") or {}, source, "noise", ("step_sigma", "launch_sigma")).items()},
+        allocation_spread={name: AllocationSpread(**sigmas) for name, sigmas in _sigmas(
+            data.get("allocation_spread") or {}, source, "allocation_spread",
+            ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")).items()},
         collectives=data.get("collectives") or {},
+        measured_on=_measured_on(data.get("measured_on"), source),
     )
 
 
-def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, Any]:
+def _measured_on(data: Any, source: str) -> MeasuredOn | None:
+    if data is None:
+        return None
+    if not isinstance(data, dict) or set(data) - {"gpu", "gpu_counts", "link_classes"}:
+        raise ScenarioError("expected a mapping of gpu, gpu_counts and link_classes", file=source, field="measured_on")
+    gpu, counts, classes = data.get("gpu"), data.get("gpu_counts"), data.get("link_classes")
+    if not isinstance(gpu, str):
+        raise ScenarioError(f"expected a GPU of the catalog ({', '.join(gpu_names())}), got {gpu!r}", file=source,
+                            field="measured_on.gpu")
+    try:
+        gpu = get_gpu(gpu).name  # the catalog's own name: H100-SXM and H100 are one kind
+    except ScenarioError as exc:
+        raise ScenarioError(exc.detail, file=source, field="measured_on.gpu") from None
+    if not isinstance(counts, list) or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in counts):
+        raise ScenarioError(f"expected a list of GPU counts >= 1, got {counts!r}", file=source,
+                            field="measured_on.gpu_counts")
+    if not isinstance(classes, list) or not all(isinstance(c, str) for c in classes):
+        raise ScenarioError(f"expected a list of link class names, got {classes!r}", file=source,
+                            field="measured_on.link_classes")
+    return MeasuredOn(str(gpu), tuple(counts), tuple(classes))
+
+
+def _sigmas(data: Any, source: str, section: str, keys: tuple[str, ...]) -> dict[str, dict[str, float | None]]:
     """A section of lognormal sigmas per link class (``noise``, ``allocation_spread``): a mapping of mappings
-    whose listed keys, where present, are numbers."""
+    whose listed keys, where present, are numbers (the others record how they were measured)."""
     if not isinstance(data, dict):
         raise ScenarioError("expected a mapping", file=source, field=section)
+    out: dict[str, dict[str, float | None]] = {}
     for name, entry in data.items():
         if not isinstance(entry, dict):
             raise ScenarioError("expected a mapping", file=source, field=f"{section}.{name}")
-        for key in keys:
-            if entry.get(key) is not None:
-                _number(entry, key, source, f"{section}.{name}")
-    return data
+        out[str(name)] = {key: None if entry.get(key) is None else _number(entry, key, source, f"{section}.{name}")
+                          for key in keys}
+    return out
 
 
 def _collectives(data: Any, source: str) -> None:
@@ -254,8 +340,20 @@ def _upgrade_v1(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def read_calibration(path: str) -> Calibration:
-    """Read and check a calibration file; the only place a calibration touches the disk."""
+    """Read and check a calibration file, or a shipped one by its name (``pooled:H200``, ``shipped.py``);
+    the only place a calibration touches the disk. A shipped one's source is its name."""
+    if is_shipped_name(path):
+        data = read_json_object(shipped_path(path), "calibration", field="calibration")
+        return calibration_from_dict(data, path)
     return calibration_from_dict(read_json_object(path, "calibration", field="calibration"), path)
+
+
+def read_calibration_dict(path: str) -> dict[str, Any]:
+    """A calibration file's content (a shipped one by its name), checked: what a tool that writes a new
+    calibration from it (``calibrate --recentre``) starts from."""
+    data = read_json_object(shipped_path(path) if is_shipped_name(path) else path, "calibration", field="calibration")
+    calibration_from_dict(data, path)
+    return data
 
 
 def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
@@ -263,13 +361,17 @@ def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
     if algorithm is not None and algorithm not in ("ring", "tree", "hierarchical"):
         raise ScenarioError(f"expected ring, tree or hierarchical, got {algorithm!r}", file=source, field=f"{where}.algorithm")
     floor = entry.get("call_floor_s", 0.0)
+    duplex = entry.get("duplex_factor", 1.0)
+    if isinstance(duplex, bool) or not isinstance(duplex, int | float) or not 0.5 <= duplex <= 1:
+        raise ScenarioError(f"expected a fraction in [0.5, 1], got {duplex!r}", file=source, field=f"{where}.duplex_factor")
     return LinkFit(
         bandwidth_Bps=_number(entry, "bandwidth_Bps", source, where, positive=True),
         latency_s=_number(entry, "latency_s", source, where),
         algorithm=algorithm,
         protocol_table=_protocol_table(entry.get("protocol_table"), source, where),
         call_floor_s=_number({"call_floor_s": floor}, "call_floor_s", source, where),
-        raw=entry,
+        duplex_factor=float(duplex),
+        duplex_source=str(entry.get("duplex_source", "not recorded")),
     )
 
 
@@ -311,6 +413,8 @@ CALIBRATION_KEYS = frozenset({
     "data_dir", "nccl_tests", "allocation_spread", "pooled_from", "probed_from", "collectives",
     # the output contract's version fields (ddpsim.schemas.document); files written before them lack them
     "kind", "schema_version", "ddpsim_version",
+    # the GPU kind, GPU counts and link classes it was measured on (files written before lack it)
+    "measured_on",
 })
 # the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
 SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")

@@ -22,13 +22,22 @@ def add_command(sub: Any, name: str, summary: str, examples: tuple[str, str]) ->
     return parser
 
 
-def add_scenario_args(parser: argparse.ArgumentParser) -> None:
+def add_scenario_args(parser: argparse.ArgumentParser, allow_other_gpu: bool = True) -> None:
     parser.add_argument("scenario", type=scenario_path,
                         help="scenario YAML file, or the name of a bundled example (quickstart, ...)")
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE",
-        help="override a scenario field, e.g. --set ddp.bucket_cap_mb=5 (repeatable)",
+        help="override a scenario field, e.g. --set ddp.bucket_cap_mb=5 (repeatable; a calibration path given "
+             "here is relative to the current folder)",
     )
+    if allow_other_gpu:
+        add_allow_other_gpu(parser)
+
+
+def add_allow_other_gpu(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-other-gpu", action="store_true",
+                        help="use a calibration measured on another GPU kind than the cluster's or the data's "
+                             "(refused otherwise; the output says so in a from: row)")
 
 
 def bundled_scenarios() -> Path | None:

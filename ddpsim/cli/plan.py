@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
         "ddpsim sweep scenarios/h100-2x8-ib400-gpt2.yaml --grid cluster.nodes=1,2,4 "
         "--grid ddp.bucket_cap_mb=25,100 --out reports/grid --workers 4",
     ))
-    add_scenario_args(sweep)
+    add_scenario_args(sweep, allow_other_gpu=False)  # each point refuses a calibration of another GPU kind
     sweep.add_argument(
         "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
         help="a scenario field and its values (YAML scalars); repeat for a cartesian product",
@@ -97,7 +97,7 @@ def register(subparsers: Any) -> None:
 
     check = add_command(subparsers, "validate-fsdp", "predicted against measured FSDP2 / DDP steps and peak memory", (
         "ddpsim validate-fsdp runs/fsdp-h100x2",
-        "ddpsim validate-fsdp runs/fsdp-h100x2/fsdp_runs.jsonl --calibration validation/calibration-h100x2.json --json",
+        "ddpsim validate-fsdp runs/fsdp-h100x2/fsdp_runs.jsonl --calibration x2:H100 --json",
     ))
     check.add_argument("runs", help="fsdp_runs.jsonl from python -m ddpsim.measure.fsdp, or its folder")
     check.add_argument("--calibration", metavar="FILE", help="a calibration fitted on other runs (none: defaults)")
@@ -184,7 +184,7 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
     from ddpsim.planning.advisor import plot_curve, recommend_bucket_cap
     from ddpsim.units import format_time
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides, args.allow_other_gpu)
     if args.candidates is not None and not args.candidates:
         raise ScenarioError("expected positive caps in MiB (or 'default')", file=args.scenario, field="--candidates")
     rec = recommend_bucket_cap(scenario, args.candidates)
@@ -222,7 +222,7 @@ def cmd_tune_strategy(args: argparse.Namespace) -> int:
     from ddpsim.planning.strategy import advise_strategy
     from ddpsim.report.tables import format_time, table
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides, args.allow_other_gpu)
     advice = advise_strategy(scenario)
     if args.json:
         print_json(document("tune-strategy", advice.to_dict(), scenario))
@@ -279,7 +279,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     from ddpsim.loader import load_scenario
     from ddpsim.planning.scaling import plot_scaling, scaling_study, scaling_table
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides, args.allow_other_gpu)
     study = scaling_study(scenario, args.nodes, args.price_per_gpu_hour)
     data = document("scale", study.to_dict(), scenario)
     if args.out:
@@ -350,7 +350,7 @@ def cmd_variability(args: argparse.Namespace) -> int:
         args.iterations, args.jitter_cv, args.straggler_rank, args.straggler_slowdown,
         args.degraded_link_factor, args.seed,
     )
-    scenario = load_scenario(args.scenario, [*args.overrides, *extra])
+    scenario = load_scenario(args.scenario, [*args.overrides, *extra], args.allow_other_gpu)
     study = variability_study(scenario, sys.stderr)
     data = document("variability", study.to_dict(), scenario)
     if args.out:

@@ -30,7 +30,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from ddpsim.report.tables import bucket_table, summary_table
     from ddpsim.simulation import communication_bound, prepare, simulate
 
-    prepared = prepare(load_scenario(args.scenario, args.overrides))
+    prepared = prepare(load_scenario(args.scenario, args.overrides, args.allow_other_gpu))
     result = simulate(prepared, progress=sys.stderr)
     # which links bound the all-reduce: why a faster network changes nothing (a what-if's answer); a line
     # of the report, not a field of result.json

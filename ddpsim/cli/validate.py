@@ -7,9 +7,10 @@ import json
 import math
 import os
 import sys
+from dataclasses import replace
 from typing import Any
 
-from ddpsim.cli.args import add_command, nonnegative_float, print_json, share
+from ddpsim.cli.args import add_allow_other_gpu, add_command, nonnegative_float, print_json, share
 from ddpsim.errors import ScenarioError
 
 EXIT_FAILED_VALIDATION = 1
@@ -62,6 +63,7 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
         calibration_caps_for,
         fit_warnings,
         load_measurements,
+        measured_on,
         noise_runs,
         require_runs,
     )
@@ -141,6 +143,10 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
     }
     if sharded:
         meta["collectives"] = sharded
+    hardware = measured_on([args.data_dir] if args.data_dir else [], samples, measured.runs if measured else [],
+                           data["link_classes"])
+    if hardware is not None:  # nccl-tests output alone does not name its GPU
+        meta["measured_on"] = hardware
     written = write_calibration(args.out, data["link_classes"], data["overheads"], meta)
     for warning in [*fit_warnings(data), *map(str, gaps)]:
         print(f"warning: {warning}", file=sys.stderr)
@@ -173,9 +179,9 @@ def _cmd_calibrate(args: argparse.Namespace) -> int:
 def _recentre(args: argparse.Namespace) -> int:
     """A pooled calibration re-centred on one allocation's probe (its all-reduce sweeps, and the level of the
     DDP overheads where the probe ran DDP steps)."""
-    from ddpsim.calibration.file import calibration_from_dict
-    from ddpsim.fitting.pool import probe_calibration
-    from ddpsim.jsonfile import non_finite_field, read_json_object
+    from ddpsim.calibration.file import calibration_from_dict, read_calibration_dict
+    from ddpsim.fitting.recentre import probe_calibration
+    from ddpsim.jsonfile import non_finite_field
     from ddpsim.outdir import atomic_write_text
     from ddpsim.schemas import document
 
@@ -188,9 +194,9 @@ def _recentre(args: argparse.Namespace) -> int:
         raise ScenarioError("--recentre needs DATA_DIR, the probe of the allocation (ddpsim measure --plan probe)",
                             field="data_dir")
     _check_data_dirs([args.data_dir])
-    base = read_json_object(args.recentre, "calibration", field="calibration")
-    calibration_from_dict(base, args.recentre)  # a bad base file stops here, named
-    data, notes = probe_calibration(base, [args.data_dir], base_source=args.recentre)
+    base = read_calibration_dict(args.recentre)  # a bad base file stops here, named
+    data, notes = probe_calibration(base, [args.data_dir], base_source=args.recentre,
+                                    allow_other_gpu=args.allow_other_gpu)
     calibration_from_dict(data, args.out)  # what is written reads back
     bad = non_finite_field(data)
     if bad:
@@ -209,6 +215,9 @@ def _recentre(args: argparse.Namespace) -> int:
         print(f"  overheads {level['overhead_class']} at {level['world_size']} GPUs x {level['level']:.3f} from "
               f"{level['runs']} DDP run(s) of the probe" + (" (clipped at its range or the terms' floors: "
               f"the probe's runs stay {100 * math.expm1(-level['log_error_after']):+.1f}% off)" if level["clipped"] else ""))
+    if data.get("probed_from", {}).get("other_gpu"):
+        print(f"from: gpu  the probe ran on {', '.join(data['probed_from']['other_gpu'])}, {args.recentre} was "
+              f"measured on {data['measured_on']['gpu']} (--allow-other-gpu)")
     print(f"\nwrote {args.out}")
     return 0
 
@@ -303,7 +312,10 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         v = cross_validate(args.data_dir, args.cross, caps, log=lambda line: print(line, file=sys.stderr),
                            jobs=jobs, caps_given=given, **tolerances)
     else:
-        v = validate(args.data_dir, read_calibration(args.calibration) if args.calibration else None, **tolerances)
+        calibration = read_calibration(args.calibration) if args.calibration else None
+        if calibration is not None and args.allow_other_gpu:
+            calibration = replace(calibration, other_gpu_allowed=True)
+        v = validate(args.data_dir, calibration, **tolerances)
     if args.json:
         print_json(validation_dict(v))
     else:
@@ -348,21 +360,23 @@ def register(sub: Any) -> None:
     cal.add_argument("--links-only", action="store_true", help="fit only the link classes")
     cal.add_argument("--json", action="store_true",
                      help="print the calibration written (one JSON object) on stdout, nothing else; notes to stderr")
-    cal.add_argument("--recentre", metavar="FILE",
-                     help="re-centre FILE (a pooled calibration, e.g. validation/calibration-h100-pooled.json) on "
+    cal.add_argument("--recentre", metavar="FILE|NAME",
+                     help="re-centre FILE or a shipped calibration (e.g. pooled:H200) on "
                           "DATA_DIR's all-reduce sweeps: the probe of a fresh allocation (ddpsim measure --plan probe)")
     cal.add_argument("--noise-from", action="append", default=[], metavar="DIR",
                      help="campaign folders whose DDP runs give the step's measured spread (p10/p90 of 'ddpsim run') "
                           "instead of DATA_DIR's: e.g. the same plan on several allocations (repeatable)")
+    add_allow_other_gpu(cal)
     cal.set_defaults(handler=_cmd_calibrate)
 
     val = add_command(sub, "validate", "predict held-out measured runs and fail beyond tolerance", (
-        "ddpsim validate validation/data/h100x4-mlp-wide-2026-11-27 "
-        "--calibration validation/calibration-h200x4.json --out reports/mlp-wide",
+        "ddpsim validate validation/data/h200x4-2026-11-26b --calibration x4:H200 --out reports/h200x4b",
         "ddpsim validate validation/data/h200x2-2026-11-26 validation/data/h100x2-2026-11-26 --cross host --jobs 2",
     ))
     val.add_argument("data_dir", nargs="+", help="campaign folders (several: one report over all of them)")
-    val.add_argument("--calibration", metavar="FILE", help="calibration JSON (omit: the scenario defaults, uncalibrated)")
+    val.add_argument("--calibration", metavar="FILE|NAME",
+                     help="calibration JSON, or a shipped one by name (pooled:H200; omit: the scenario defaults, "
+                          "uncalibrated)")
     val.add_argument("--cross", choices=("model", "launch", "host"),
                      help="leave one model, launch or host out: each predicted by a calibration fitted on the rest")
     val.add_argument("--calibration-caps", default=None, metavar="MB,MB|all",
@@ -382,4 +396,5 @@ def register(sub: Any) -> None:
                         help="%% error of any all-reduce size from 64 KiB to 1 GiB (default 10)")
     limits.add_argument("--min-recommendation-share", type=share, default=0.9, metavar="SHARE",
                         help="share of groups whose recommended cap is within 5%% of the measured best (default 0.9)")
+    add_allow_other_gpu(val)
     val.set_defaults(handler=_cmd_validate)

@@ -1,6 +1,6 @@
 """All-reduce algorithms as schedules of transfers, their costs, and NCCL-like selection."""
 
-from ddpsim.collectives.model import AUTO_ALGORITHMS, CollectiveModel, closed_form_s
+from ddpsim.collectives.model import AUTO_ALGORITHMS, CollectiveModel
 from ddpsim.collectives.protocols import PROTOCOL_NAMES, ProtocolTable
 from ddpsim.collectives.schedules import (
     ALGORITHMS,
@@ -22,7 +22,6 @@ __all__ = [
     "ProtocolTable",
     "Transfer",
     "build_schedule",
-    "closed_form_s",
     "double_binary_tree",
     "hierarchical_schedule",
     "ring_schedule",

@@ -1,6 +1,6 @@
 """What torch's fp16/bf16 compression hooks cost the backward thread, beyond DDP calling a Python hook.
 
-Measured by ``ddpsim/measure/hook_mechanism.py`` on 2 x H100 with NVLink, torch 2.11, NCCL 2.28.9
+Measured by ``validation/experiments/hook_mechanism.py`` on 2 x H100 with NVLink, torch 2.11, NCCL 2.28.9
 (``validation/data/hook-mechanism-h100x2-2026-11-26/hook_mechanism.json``): ResNet-50, GPT-2 124M,
 ViT-B/16 and mlp-ln-64 at bucket_cap_mb=25, each with no hook, DDP's C++ all-reduce hook, a Python
 all-reduce hook, torch's fp16/bf16 compress hooks and variants that isolate one mechanism each.

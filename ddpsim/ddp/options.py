@@ -2,7 +2,7 @@
 
 Each mechanism is read in PyTorch's source (torch/nn/parallel/distributed.py ``_post_forward`` and
 ``_DDPSink``; torch/csrc/distributed/c10d/reducer.cpp) and each constant is measured by
-``ddpsim/measure/option_cost.py`` on one H100 host, world size 1, torch 2.11
+``validation/experiments/option_cost.py`` on one H100 host, world size 1, torch 2.11
 (``validation/data/option-cost-h100-2026-11-26/option_cost_cuda.json``; the same script on this
 repository's CPU machine is in ``validation/data/option-cost-cpu-2026-11-26``). Host (CPU) work is
 charged to the compute stream, as ddpsim charges every launch cost: it delays the GPU only where the

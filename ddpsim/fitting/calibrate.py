@@ -6,6 +6,7 @@ builds one the same way from the data its held-out part is not in.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -15,7 +16,7 @@ from typing import Any
 from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, SCHEMA, Calibration, calibration_from_dict
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.fit import fit_links, fit_noise
-from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes
+from ddpsim.fitting.measured_scenarios import catalog_gpu, run_class, run_label, run_nodes
 from ddpsim.fitting.measurements import (
     AllReduceSample,
     Profiles,
@@ -26,6 +27,7 @@ from ddpsim.fitting.measurements import (
 )
 from ddpsim.fitting.netprobe import read_net_probes
 from ddpsim.fitting.overheads import IDLE_WAIT_TERMS, fit_overheads, fit_overheads_pruned, measure_stretch
+from ddpsim.hardware.catalog import get_gpu
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.schema import DDPSpec
 
@@ -76,6 +78,41 @@ def noise_runs(data_dirs: Sequence[str]) -> list[dict[str, Any]]:
             raise ScenarioError("no ddp_runs.jsonl under this folder", file=data_dir, field="--noise-from")
         runs += [run for path in paths for run in read_ddp_runs(path) if run.get("status") == "ok"]
     return runs
+
+
+def gpu_of_folder(folder: str) -> str | None:
+    """The catalog GPU kind of a folder's measurements, from its DDP runs' or sweeps' fingerprints (None:
+    none names one); a folder of several kinds is refused."""
+    files = find_data_files(folder)
+    kinds: set[str] = set()
+    for path in files["ddp_runs"] + files["allreduce"]:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                try:
+                    record = json.loads(line) if line.strip() else {}
+                except json.JSONDecodeError:
+                    continue  # the readers name a bad line; this only looks for the GPU
+                name = (record.get("fingerprint") or {}).get("gpu_name") if isinstance(record, dict) else None
+                if name:
+                    kinds.add(catalog_gpu(str(name)))
+    if len(kinds) > 1:
+        raise ScenarioError(f"measured on {len(kinds)} GPU kinds ({', '.join(sorted(kinds))}): one calibration is "
+                            "one kind's; calibrate each kind's folders apart", file=folder, field="fingerprint.gpu_name")
+    return kinds.pop() if kinds else None
+
+
+def measured_on(data_dirs: Sequence[str], samples: Sequence[AllReduceSample], runs: Sequence[dict[str, Any]],
+                link_classes: dict[str, Any]) -> dict[str, Any] | None:
+    """The calibration's ``measured_on``: GPU kind, GPU counts, link classes (None: no folder names its GPU,
+    as nccl-tests output given alone does not)."""
+    kinds = {g for g in (gpu_of_folder(d) for d in data_dirs) if g}
+    if len(kinds) != 1:
+        if kinds:
+            raise ScenarioError(f"the folders were measured on {len(kinds)} GPU kinds ({', '.join(sorted(kinds))})",
+                                file=", ".join(data_dirs), field="fingerprint.gpu_name")
+        return None
+    counts = sorted({int(s.world_size) for s in samples} | {int(r["world_size"]) for r in runs})
+    return {"gpu": get_gpu(kinds.pop()).name, "gpu_counts": counts, "link_classes": sorted(link_classes)}
 
 
 def load_measurements(data_dirs: Sequence[str]) -> Measurements:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ddpsim.calibration.file import Calibration
 from ddpsim.fitting.calibrate import is_plain
 from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes
 from ddpsim.fitting.measurements import AllReduceSample
@@ -126,23 +127,21 @@ def _missing_link(run: dict[str, Any], links: dict[str, Any]) -> str:
     return ""
 
 
-def transfer_gaps(calibration: Any, link_class: str, world_size: int, nodes: int) -> list[Gap]:
+def transfer_gaps(calibration: Calibration, link_class: str, world_size: int, nodes: int) -> list[Gap]:
     """A prediction that takes a fit to a shape or GPU count it was not measured on (``calibration``:
     a ``file.Calibration``)."""
     gaps: list[Gap] = []
     if nodes > 1:
-        network = calibration.link_classes.get(INTER_NODE_LINK_CLASS) or {}
         shape = f"{nodes}x{world_size // nodes}"
-        measured = network.get("shapes") or []
-        if network and shape not in measured:
+        measured = calibration.measured_shapes(INTER_NODE_LINK_CLASS)
+        if INTER_NODE_LINK_CLASS in calibration.link_class_names and shape not in measured:
             gaps.append(Gap(f"the network was measured on {', '.join(measured) or 'no shape'}, not {shape}: its fit "
                             "is carried to this shape (on one allocation a fit on one shape predicted another "
                             "36-54% off without the endpoint probe)", HOW_TO_SWEEP.format(shape=shape, transport="nvlink")
                             + "; or " + HOW_TO_PROBE.format(shape=shape)))
     per_node = world_size // nodes
-    entry = calibration.link_classes.get(link_class) or {}
-    worlds = [int(w) for w in entry.get("world_sizes") or []]
-    if per_node > 1 and entry and worlds and per_node not in worlds:
+    worlds = calibration.measured_world_sizes(link_class)
+    if per_node > 1 and worlds and per_node not in worlds:
         gaps.append(Gap(f"{link_class} was swept on {', '.join(map(str, worlds))} GPUs, not {per_node}: its fit is "
                         "carried to this GPU count", HOW_TO_SWEEP.format(shape=f"1x{per_node}", transport=link_class)))
     return gaps

@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ddpsim.calibration.apply import check_gpu
 from ddpsim.calibration.file import Calibration, calibration_from_dict
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.calibrate import (
@@ -28,7 +29,14 @@ from ddpsim.fitting.calibrate import (
     require_runs,
 )
 from ddpsim.fitting.fit import fit_noise
-from ddpsim.fitting.measured_scenarios import run_class, run_label, run_nodes, run_scenario, uneven_shape
+from ddpsim.fitting.measured_scenarios import (
+    run_class,
+    run_gpu,
+    run_label,
+    run_nodes,
+    run_scenario,
+    uneven_shape,
+)
 from ddpsim.fitting.measurements import AllReduceSample, Profiles, host_of, launch_key
 from ddpsim.planning.advisor import pick_cap
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS, step_link_class
@@ -280,6 +288,10 @@ def validate(
     ``jitter_from_profile``: every rank's compute varies step to step as its profile measured."""
     measured = load_measurements(data_dirs)
     require_runs(measured, data_dirs)
+    if calibration is not None:
+        # before any prediction: the runs of another GPU kind are refused in one line, with what to run instead
+        check_gpu(calibration, [run_gpu(run) for run in measured.runs], "the runs' GPU (fingerprint.gpu_name)",
+                  option="--calibration ")
     subset = calibration.calibration_subset if calibration is not None else {}
     data_dir = calibration.data_dir if calibration is not None else None
     rows: list[RunRow] = []
@@ -464,7 +476,7 @@ def _unpredictable(run: dict[str, Any], calibration: Calibration) -> str:
         return "no multi-node sweeps outside it to fit the network on"
     if nodes < world and calibration.link_fit(str(run["transport"]), world, nodes) is None:
         return f"no {run['transport']} sweeps outside it to fit the link on"
-    if run_class(run) not in calibration.overheads:
+    if not calibration.has_overheads(run_class(run)):
         return f"no {run_class(run)} runs outside it to fit the DDP overheads on"
     return ""
 

@@ -179,8 +179,8 @@ def _next_commands(out: str, have_runs: bool, have_sweeps: bool, profiled: list[
                 f"  ddpsim validate {out} --calibration {cal}   (predicts the runs the fit left out)",
                 f"  ddpsim validate {out} --cross model   (each model predicted by a fit on the others)"]
     if have_sweeps:  # the probe: this allocation's links (and DDP steps) on a calibration pooled over others
-        return [f"  ddpsim calibrate {out} --recentre POOLED.json --out {cal}   (POOLED: the repository's "
-                "validation/calibration-h100-pooled.json or -h200-pooled.json, or your own)"]
+        return [f"  ddpsim calibrate {out} --recentre POOLED --out {cal}   (POOLED: a shipped pooled calibration, "
+                "pooled:H100 or pooled:H200, or your own file)"]
     stems = ", ".join(profiled) or "none"
     return [f"  profiles only (one GPU, or no sweep ran): use one as `workload.model: profile:{out}/profiles/"
             f"<model>.json` in a scenario (profiled: {stems}); calibrate needs a host of 2 or more GPUs"]

@@ -11,7 +11,7 @@ rows alternate DDP and plain steps; the "unpaired" columns drop those pair diffe
 For each folder this prints each model's profiled step, the runs' own compute (the slower rank's
 ``no_sync`` step, median over the plain runs: what the profile tries to stand for, measured inside the DDP
 launch and never used to predict), and the error of ``ddpsim validate`` with each set of profiles.
-Calibration: validation/calibration-h200x4.json (4 x H200, campaign A); no run of these folders is fitted.
+Calibration: ddpsim/calibration/shipped/x4-h200.json (4 x H200, campaign A); no run of these folders is fitted.
 
     python -m validation.evidence --stage concurrent-profile
 """
@@ -28,9 +28,9 @@ import tempfile
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import RunRow, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
-CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
+CALIBRATION = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")
 CAMPAIGNS = ("h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n")
 # profiled one GPU alone only (the harness's default), DDP's world-size-1 rows paired
 PAIRED_ONLY = ("h100x2-profiles-2026-11-26o",)
@@ -137,7 +137,7 @@ def _paired_against_unpaired(campaign: str, calibration) -> None:
 
 
 def main() -> int:
-    calibration = read_calibration(CALIBRATION)
+    calibration = across_gpus(read_calibration(CALIBRATION))
     for campaign in PAIRED_ONLY:
         _paired_against_unpaired(campaign, calibration)
     for campaign in CAMPAIGNS:

@@ -1,5 +1,5 @@
 """The shipped pooled H200 calibration re-centred on a fresh allocation's probe (its all-reduce sweeps only;
-no DDP run read), as ``ddpsim calibrate DIR --recentre validation/calibration-h200-pooled.json`` writes it.
+no DDP run read), as ``ddpsim calibrate DIR --recentre ddpsim/calibration/shipped/pooled-h200.json`` writes it.
 
 Run: ``python -m validation.evidence --stage probe-mw`` (and ``probe-mw2``). The calibration is the stage's
 output; the validate stages ``heldout-measure-mw-probed`` / ``-mw2-probed`` predict the allocation's DDP runs
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 
-from ddpsim.fitting.pool import probe_calibration
+from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.jsonfile import read_json_object
 
-BASE = "validation/calibration-h200-pooled.json"
+BASE = "ddpsim/calibration/shipped/pooled-h200.json"
 
 
 def _probed(folder: str) -> str:

@@ -2,7 +2,7 @@
 
 An interval is honest when about 80% of measured steps fall inside it. ``ddpsim run`` takes the interval
 from the calibration's measured noise: the step-to-step spread and the spread of the same configuration
-between launches. ``validation/calibration-h200x4.json`` measured that on one 4 x H200 host (campaign A),
+between launches. ``ddpsim/calibration/shipped/x4-h200.json`` measured that on one 4 x H200 host (campaign A),
 so its launch spread (5.2% on NVLink) holds no machine-to-machine variation. Here each held-out
 campaign is predicted twice:
 
@@ -14,7 +14,7 @@ The held-out campaigns are 2 x H100 allocations that took no part in either: D, 
 The count is per link class, of runs that have an interval (the H100 options campaigns ran NVLink only, so
 the second variant has no interval for shared memory and sockets).
 
-The second part does the same across emulated nodes: ``validation/calibration-h200x4-multinode.json`` (M,
+The second part does the same across emulated nodes: ``ddpsim/calibration/shipped/x4-multinode-h200.json`` (M,
 its noise from M's own launches) against the same fit with the spread measured between four other probed
 allocations (Q, R, S, T), predicting U, V and W, which took part in neither.
 
@@ -35,14 +35,14 @@ from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 
 DATA = os.path.join(ROOT, "validation", "data")
-CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4.json")
+CALIBRATION = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-h200.json")
 NOISE_FROM = tuple(f"h100x4-options-2026-11-26{s}" for s in ("", "b", "c", "d", "e", "f", "g", "h"))
 HELD_OUT = ("h100x2-2026-11-26", "h100x2-ranks-2026-11-26j", "h100x2-ranks-2026-11-26k",
             "h100x2-profiles-2026-11-26l", "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n",
             "h100x2-profiles-2026-11-26o")
 # across emulated nodes: M's calibration (4 x H200, no probe); the spread between the probed 4-GPU allocations
 # Q to T; predicted U, V and W, measured after both and in neither
-MULTINODE_CALIBRATION = os.path.join(ROOT, "validation", "calibration-h200x4-multinode.json")
+MULTINODE_CALIBRATION = os.path.join(ROOT, "ddpsim", "calibration", "shipped", "x4-multinode-h200.json")
 MULTINODE_NOISE_FROM = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
                         "h100x4-multinode-2026-11-27c")
 MULTINODE_HELD_OUT = ("h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")

@@ -35,7 +35,7 @@ PROBED = "h200x4-multinode-2026-11-27"
 OWN_PROBE = (PROBED, "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
              "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b",
              "h200x4-multinode-2026-11-27c")
-REFERENCE = "validation/calibration-h200x4-multinode.json"
+REFERENCE = "ddpsim/calibration/shipped/x4-multinode-h200.json"
 CAMPAIGNS = (*OWN_PROBE, "h200x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b",
              "h100x4-multinode-2026-11-26d")
 # (title, fitted shapes, held-out shapes): forced-Ring sweeps fitted, every sweep of the held-out shapes predicted

@@ -11,7 +11,7 @@ Normalised, a DDP run of launch L is predicted with the network's fitted rate x 
 launches whose sweeps were fitted; nothing else changes, and nothing is refitted. This is a normalisation,
 like ``validate --normalise-launches``' reference configuration, not a prediction: a user predicting a
 cluster has no probe of the launch to come. Both errors are reported; DDP overheads are M's
-(``validation/calibration-h200x4-multinode.json``), as in ``network_duplex.py`` and ``own_network.py``.
+(``ddpsim/calibration/shipped/x4-multinode-h200.json``), as in ``network_duplex.py`` and ``own_network.py``.
 
 - transfer: the held-out shape's runs, the network fitted on the other shapes' sweeps and probes
   (``network_duplex.py``'s DDP splits); reference level: the fitted shapes' sweep launches';
@@ -34,7 +34,7 @@ from ddpsim.fitting.validate import predict_run
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 
-REFERENCE = "validation/calibration-h200x4-multinode.json"
+REFERENCE = "ddpsim/calibration/shipped/x4-multinode-h200.json"
 # the campaigns whose probe has NCCL's collectives (S, T, U, V, W)
 CAMPAIGNS = ("h100x4-multinode-2026-11-27b", "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d",
              "h200x4-multinode-2026-11-27b", "h200x4-multinode-2026-11-27c")

@@ -5,7 +5,7 @@ allocations, ``validation/data/h100x4-options-2026-11-26`` and ``-26b`` to ``-26
 ``-26f-w2``, ``-26g-w2`` and ``-26h-w2`` (two GPUs of the f, g and h hosts), and ``-26h`` (an eighth 4 x H100
 allocation, hooks and accumulation only). An option's effect is its step over the
 plain step of the same launch at the same cap, measured and predicted (``ddpsim validate`` with
-``validation/calibration-h200x4.json``, fitted on another campaign's plain runs: every run here is held
+``ddpsim/calibration/shipped/x4-h200.json``, fitted on another campaign's plain runs: every run here is held
 out). Two counts:
   * strict: a (model, link, option) counts where the measured effect exceeds 5% on every machine of
     ``CAMPAIGNS`` (the 4-GPU campaigns with every option; not h, which measured the hooks and accumulation only)
@@ -26,7 +26,7 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import option_effects, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
 CAMPAIGNS = {"H200": "validation/data/h200x4-options-2026-11-26", "H100": "validation/data/h100x4-options-2026-11-26",
              "H100b": "validation/data/h100x4-options-2026-11-26b", "H100c": "validation/data/h100x4-options-2026-11-26c",
@@ -37,13 +37,13 @@ PER_MACHINE_ONLY = {"H100f-w2": "validation/data/h100x4-options-2026-11-26f-w2",
                     "H100g-w2": "validation/data/h100x4-options-2026-11-26g-w2",
                     "H100h": "validation/data/h100x4-options-2026-11-26h",
                     "H100h-w2": "validation/data/h100x4-options-2026-11-26h-w2"}
-CALIBRATION = "validation/calibration-h200x4.json"
+CALIBRATION = "ddpsim/calibration/shipped/x4-h200.json"
 THRESHOLD = 0.05
 FACTOR = 1.5
 
 
 def effects(campaign: str) -> dict[tuple[str, str, str], tuple[float, float]]:
-    v = validate([os.path.join(ROOT, campaign)], read_calibration(os.path.join(ROOT, CALIBRATION)))
+    v = validate([os.path.join(ROOT, campaign)], across_gpus(read_calibration(os.path.join(ROOT, CALIBRATION))))
     return {(r.option, r.link_class, r.model): (measured, predicted) for r, measured, predicted in option_effects(v.rows)}
 
 

@@ -11,7 +11,7 @@ effect predicted that was not seen).
 
 Data: ``validation/data/h200x4-options-2026-11-27`` (4 x H200, an allocation no calibration has seen;
 every option at cap 25 on 4 and on 2 GPUs, the whole plan launched twice). Predicted with
-``validation/calibration-h200x4.json`` (another H200 allocation's plain runs at caps 5 and 50; no option
+``ddpsim/calibration/shipped/x4-h200.json`` (another H200 allocation's plain runs at caps 5 and 50; no option
 was fitted).
 
     python -m validation.evidence.stages.option_repeat [CAMPAIGN_DIR ...]
@@ -27,7 +27,7 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import option_effects, validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
 # the same rule as the per-machine count: direction and size within a factor 1.5 of one predicted change
 from validation.evidence.stages.option_directions import CALIBRATION, THRESHOLD, _right  # noqa: E402
@@ -41,7 +41,7 @@ def launch_series(launch_id: str) -> str:
 
 
 def main(campaigns: list[str]) -> int:
-    calibration = read_calibration(os.path.join(ROOT, CALIBRATION))
+    calibration = across_gpus(read_calibration(os.path.join(ROOT, CALIBRATION)))
     # (campaign, series, model, GPUs, cap, option) -> launch -> (measured effect, predicted effect)
     cases: dict[tuple, dict[str, tuple[float, float]]] = defaultdict(dict)
     for campaign in campaigns:

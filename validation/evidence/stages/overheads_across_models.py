@@ -38,7 +38,7 @@ from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.fitting.calibrate import calibrate, keep_comm_terms_for_fitted_models, load_measurements
 from ddpsim.fitting.measured_scenarios import run_class
 from ddpsim.fitting.validate import predict_run
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
 
 def _fitted_models_only(data: dict[str, Any]) -> dict[str, Any]:
@@ -106,8 +106,8 @@ def held_out(data_dir: str, calibration_path: str) -> None:
     measured = load_measurements([data_dir])
     with open(calibration_path) as handle:
         data = json.load(handle)
-    carried = calibration_from_dict(data, calibration_path)
-    fitted_only = calibration_from_dict(_fitted_models_only(data), f"{calibration_path}, fitted models only")
+    carried = across_gpus(calibration_from_dict(data, calibration_path))
+    fitted_only = across_gpus(calibration_from_dict(_fitted_models_only(data), f"{calibration_path}, fitted models only"))
     groups: dict[tuple[str, str], tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
     for run in measured.runs:
         link = run_class(run)
@@ -186,7 +186,7 @@ def main(argv: list[str]) -> int:
 # the committed output: these four invocations, each after its command line
 INVOCATIONS = [
     ["validation/data/h200x4-2026-11-26", "validation/data/h100x4-overlap-2026-11-27"],
-    ["--calibration", "validation/calibration-h200x4.json", "validation/data/h100x4-mlp-wide-2026-11-27",
+    ["--calibration", "ddpsim/calibration/shipped/x4-h200.json", "validation/data/h100x4-mlp-wide-2026-11-27",
      "validation/data/h100x4-models-2026-11-27", "validation/data/h100x4-overlap-2026-11-27b",
      "validation/data/h200x4-options-2026-11-27", "validation/data/h200x4-options-2026-11-27b"],
     ["--caps", "all", "validation/data/h200x4-options-2026-11-26"],

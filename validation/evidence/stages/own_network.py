@@ -4,7 +4,7 @@ What a user does on a new cluster: measure its network (the harness's all-reduce
 and take DDP's overheads from a calibration made elsewhere. For each never-calibrated multi-node
 campaign, the link classes (NVLink in a node, the socket network between emulated nodes, NCCL's logged
 tuning tables) are fitted on that campaign's own all-reduce sweeps only. The DDP overheads come from
-``validation/calibration-h200x4-multinode.json`` (4 x H200, campaign M). The campaign's DDP runs are then
+``ddpsim/calibration/shipped/x4-multinode-h200.json`` (4 x H200, campaign M). The campaign's DDP runs are then
 predicted. No DDP run of the campaign is fitted. The sweeps ran in the same launches as the runs, as a
 user's nccl-tests would run before training. Printed beside: the same runs with M's network
 (the held-out table of the README).
@@ -32,7 +32,7 @@ from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 
-CALIBRATION = "validation/calibration-h200x4-multinode.json"
+CALIBRATION = "ddpsim/calibration/shipped/x4-multinode-h200.json"
 CAMPAIGNS = ("h200x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27", "h100x4-multinode-2026-11-27b",
              "h100x4-multinode-2026-11-27c", "h100x4-multinode-2026-11-27d", "h200x4-multinode-2026-11-27b",
              "h200x4-multinode-2026-11-27c",

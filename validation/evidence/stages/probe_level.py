@@ -18,7 +18,7 @@ from typing import Any
 from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.fitting.calibrate import is_plain, load_measurements, timing_instrumented
 from ddpsim.fitting.measured_scenarios import run_nodes
-from ddpsim.fitting.pool import probe_calibration
+from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.fitting.validate import predict_run
 from ddpsim.jsonfile import read_json_object
 

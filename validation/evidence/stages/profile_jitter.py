@@ -20,12 +20,12 @@ import sys
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
 DATA = os.path.join(ROOT, "validation", "data")
 # calibration -> the campaigns it never saw (A's own held-out caps are in A, fitted on its caps 5 and 50)
 HELD_OUT = {
-    "calibration-h200x4.json": (
+    "x4-h200.json": (
         "h200x4-2026-11-26", "h200x4-2026-11-26b", "h200x2-2026-11-26", "h100x2-2026-11-26",
         "h200x4-options-2026-11-26", "h100x4-options-2026-11-26", "h100x4-options-2026-11-26b",
         "h100x4-options-2026-11-26c", "h100x4-options-2026-11-26d", "h100x4-options-2026-11-26e",
@@ -33,7 +33,7 @@ HELD_OUT = {
         "h100x4-options-2026-11-26g-w2", "h100x4-options-2026-11-26h", "h100x4-options-2026-11-26h-w2",
         "h100x2-ranks-2026-11-26j", "h100x2-ranks-2026-11-26k", "h100x2-profiles-2026-11-26l",
         "h100x2-profiles-2026-11-26m", "h100x2-profiles-2026-11-26n", "h100x2-profiles-2026-11-26o"),
-    "calibration-h200x4-multinode.json": (
+    "x4-multinode-h200.json": (
         "h100x4-multinode-2026-11-26", "h100x4-multinode-2026-11-26b", "h100x4-multinode-2026-11-26d",
         "h100x2-multinode-2026-11-26e", "h100x2-multinode-2026-11-26p"),
 }
@@ -48,7 +48,7 @@ def main() -> int:
     print(f"{'campaign':32s} {'link class':12s} {'runs':>4s}   {'without jitter':>14s}   {'with jitter':>14s}"
           "   (mean / max abs error %)")
     for calibration_name, campaigns in HELD_OUT.items():
-        calibration = read_calibration(os.path.join(ROOT, "validation", calibration_name))
+        calibration = across_gpus(read_calibration(os.path.join(ROOT, "ddpsim", "calibration", "shipped", calibration_name)))
         print(f"calibration {calibration_name}")
         for campaign in campaigns:
             path = os.path.join(DATA, campaign)

@@ -1,7 +1,7 @@
 """The two shipped multi-node calibrations on allocations neither saw, per node shape.
 
-``validation/calibration-h200x4-multinode.json`` (M: 4 x H200, no network probe, full duplex assumed) and
-``validation/calibration-h100x4-multinode.json`` (U, ``validation/data/h100x4-multinode-2026-11-27d``:
+``ddpsim/calibration/shipped/x4-multinode-h200.json`` (M: 4 x H200, no network probe, full duplex assumed) and
+``ddpsim/calibration/shipped/x4-multinode-h100.json`` (U, ``validation/data/h100x4-multinode-2026-11-27d``:
 4 x H100, its sweeps, its probe's duplex factor 0.68 and its DDP runs at every cap, two launches per
 shape). Predicted: the DDP runs of the other probed 4-GPU allocations, H100 (R, S, T) and H200 (Q, V, W),
 and of E, a 4 x H100 allocation measured after U's calibration was committed (DDP runs only),
@@ -21,10 +21,10 @@ from collections import defaultdict
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import validate  # noqa: E402
 from validation.evidence import ROOT  # noqa: E402
-from validation.evidence.stages import printed
+from validation.evidence.stages import across_gpus, printed
 
-CALIBRATIONS = {"M (H200, no probe)": "validation/calibration-h200x4-multinode.json",
-                "U (H100, probe)": "validation/calibration-h100x4-multinode.json"}
+CALIBRATIONS = {"M (H200, no probe)": "ddpsim/calibration/shipped/x4-multinode-h200.json",
+                "U (H100, probe)": "ddpsim/calibration/shipped/x4-multinode-h100.json"}
 # campaign -> (the pools it is counted in, folder)
 CAMPAIGNS = {"R": (("H100 R,S,T", "all H100"), "validation/data/h100x4-multinode-2026-11-27"),
              "S": (("H100 R,S,T", "all H100"), "validation/data/h100x4-multinode-2026-11-27b"),
@@ -44,7 +44,7 @@ def _line(errors: list[float]) -> str:
 def main() -> int:
     print(f"{'calibration':20s} {'campaign':10s} {'shape':5s} runs   mean    max    bias   (% error of the DDP step)")
     for cal_name, cal_path in CALIBRATIONS.items():
-        calibration = read_calibration(os.path.join(ROOT, cal_path))
+        calibration = across_gpus(read_calibration(os.path.join(ROOT, cal_path)))
         pooled: dict[tuple[str, str], list[float]] = defaultdict(list)
         for name, (pools, folder) in CAMPAIGNS.items():
             v = validate([os.path.join(ROOT, folder)], calibration)

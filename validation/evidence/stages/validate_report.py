@@ -8,6 +8,7 @@ from typing import Any
 
 from ddpsim.calibration.file import read_calibration
 from ddpsim.fitting.validate import Validation, cross_validate, validate
+from validation.evidence.stages import across_gpus
 
 # the library's fit options a stage may set (each was a research switch of `ddpsim validate`; the CLI may drop
 # the switch, the evidence keeps measuring it through the library parameter)
@@ -25,7 +26,7 @@ def run_validation(spec: dict[str, Any], jobs: int = 1) -> Validation:
         caps = spec.get("calibration_caps", [5.0, 50.0])
         return cross_validate(data, spec["cross"], None if caps == "all" else [float(c) for c in caps],
                               jobs=jobs, **options)
-    calibration = read_calibration(spec["calibration"]) if spec.get("calibration") else None
+    calibration = across_gpus(read_calibration(spec["calibration"])) if spec.get("calibration") else None
     return validate(data, calibration, **options)
 
 

@@ -1,4 +1,7 @@
-"""Calibrations pooled over machine allocations, and the probe that re-centres one on a new allocation.
+"""Research, run by ``benchmarks/fresh_allocation.py`` and the evidence pipeline (not in the wheel): calibrations
+pooled over machine allocations, their leave-allocations-out cross-validation with its fold cache, and the
+allocation spread the shipped pooled files record. The probe that re-centres a pooled calibration on a new
+allocation is the user's command, in ``ddpsim/fitting/recentre.py``.
 
 A measured step on allocation a is modelled as ``model(theta_kind; config) x offset_a x noise``:
 ``theta_kind`` (links, protocol curves, DDP overhead terms) is shared by every allocation of a GPU
@@ -14,7 +17,6 @@ without one, whose README does) are one allocation; a folder naming no GPU is it
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
 import math
@@ -26,12 +28,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ddpsim.calibration.file import SCHEMA, calibration_from_dict
+from ddpsim.calibration.file import SCHEMA, NoiseSigmas, calibration_from_dict
 from ddpsim.errors import ScenarioError
-from ddpsim.fitting.calibrate import Measurements, calibrate, is_plain, load_measurements
+from ddpsim.fitting.calibrate import (
+    Measurements,
+    calibrate,
+    gpu_of_folder,
+    is_plain,
+    load_measurements,
+    measured_on,
+)
 from ddpsim.fitting.fit import fit_noise
-from ddpsim.fitting.measured_scenarios import catalog_gpu, run_class, run_nodes
+from ddpsim.fitting.measured_scenarios import run_class, run_nodes
 from ddpsim.fitting.measurements import Profiles, campaign_of, find_data_files
+from ddpsim.fitting.recentre import probe_links, recentre
 from ddpsim.fitting.validate import predict_run
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 
@@ -67,18 +77,6 @@ def gpu_uuids(folder: str) -> set[str]:
     return found
 
 
-def _gpu_of(folder: str) -> str | None:
-    """The GPU kind of a folder's measurements, from its DDP runs' or sweeps' fingerprints."""
-    files = find_data_files(folder)
-    for path in files["ddp_runs"] + files["allreduce"]:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                name = (json.loads(line).get("fingerprint") or {}).get("gpu_name") if line.strip() else None
-                if name:
-                    return catalog_gpu(str(name))
-    return None
-
-
 def find_allocations(folders: Sequence[str]) -> list[Allocation]:
     """Group campaign folders into allocations: folders sharing a GPU are one machine (union of every
     folder that shares one with another). Folders with neither DDP runs nor sweeps are left out."""
@@ -107,7 +105,7 @@ def find_allocations(folders: Sequence[str]) -> list[Allocation]:
     out = []
     for members in groups.values():
         members.sort()
-        kinds = {g for g in (_gpu_of(f) for f in members) if g}
+        kinds = {g for g in (gpu_of_folder(f) for f in members) if g}
         if len(kinds) != 1:
             raise ScenarioError(f"folders of one machine name {len(kinds)} GPU kinds ({', '.join(sorted(kinds))})",
                                 file=", ".join(members), field="fingerprint.gpu_name")
@@ -202,6 +200,11 @@ def pooled_calibration(
     folders |= {os.path.basename(campaign_of(s.source)) for s in merged.samples}
     # validate's held-out test: a run of one of these folders was in the pool
     data["calibration_subset"] = {"bucket_cap_mb": "all", "folders": sorted(folders)}
+    dirs = sorted({campaign_of(str(r["_source"])) for r in merged.runs if r.get("_source")}
+                  | {campaign_of(s.source) for s in merged.samples})
+    hardware = measured_on(dirs, merged.samples, runs, data["link_classes"])
+    if hardware is not None:
+        data["measured_on"] = hardware
     data["pooled_from"] = {
         "allocations": sorted(by_allocation),
         "runs_per_group": per_group,
@@ -210,99 +213,6 @@ def pooled_calibration(
                "runs per allocation, link class, GPUs and nodes (models in turn, caps spread); noise inside each",
     }
     return data
-
-
-def probe_links(probe: Measurements) -> dict[str, Any]:
-    """The link classes fitted on an allocation's own sweeps (``calibrate --links-only``)."""
-    if not probe.samples:
-        return {}
-    return dict(calibrate(probe.samples, [], Profiles(), None, links_only=True,
-                          net_probes=probe.net_probes)["link_classes"])
-
-
-def _per_part(entry: dict[str, Any], part_key: str, parts_key: str) -> dict[str, dict[str, Any]]:
-    """A link entry as its parts (world sizes or shapes): its own sub-entries, or itself for its one part."""
-    subs = entry.get(part_key)
-    if subs:
-        return dict(subs)
-    parts = entry.get(parts_key) or []
-    return {str(p): entry for p in parts}
-
-
-def recentre(base: dict[str, Any], probed_links: dict[str, Any], keep_shape: bool = False
-             ) -> tuple[dict[str, Any], set[tuple[str, str]]]:
-    """``base`` with each (link class, GPUs per node) or (network, shape) the probe measured replaced by
-    the probe's fit; the DDP overheads stay the pooled ones. Returns the probed parts.
-
-    ``keep_shape``: only the probe's bandwidth replaces the pooled one, the pooled latencies and
-    protocol curves stay. One sweep's small sizes fit a latency structure far off the pool's (4 x H100
-    NVLink at caps 1 and 5 of a 64-layer model: 131 and 21 ms predicted against 30 and 40 measured on two
-    allocations, the pool 25 and 78); the bandwidth, set by the large sizes, is the allocation's level."""
-    out = copy.deepcopy(base)
-    links = out["link_classes"]
-    probed: set[tuple[str, str]] = set()
-    for link_class, entry in probed_links.items():
-        if link_class == INTER_NODE_LINK_CLASS:
-            parts = _per_part(entry, "by_shape", "shapes")
-            key = "by_shape"
-        else:
-            parts = _per_part(entry, "by_world_size", "world_sizes")
-            key = "by_world_size"
-        if link_class not in links:
-            links[link_class] = copy.deepcopy(entry)
-        target = links[link_class]
-        target.setdefault(key, {})
-        for part, sub in parts.items():
-            own = {k: v for k, v in sub.items() if k not in ("by_shape", "by_world_size")}
-            pooled = (base["link_classes"].get(link_class) or {})
-            pooled = (pooled.get(key) or {}).get(part, pooled)
-            if keep_shape and pooled and "bandwidth_Bps" in pooled:
-                own = {**{k: v for k, v in pooled.items() if k not in ("by_shape", "by_world_size")},
-                       "bandwidth_Bps": own["bandwidth_Bps"], "bandwidth_probed": True}
-            target[key][part] = copy.deepcopy(own)
-            probed.add((link_class, part))
-        # the parts the entry now has a fit of its own for (gaps.transfer_gaps reads them)
-        listed = "shapes" if link_class == INTER_NODE_LINK_CLASS else "world_sizes"
-        names = {str(p) for p in target.get(listed) or []} | set(parts)
-        target[listed] = sorted(names) if listed == "shapes" else sorted(int(p) for p in names)
-    if "allocation_spread" in out:
-        for link_class, spread in out["allocation_spread"].items():
-            if any(c == link_class for c, _ in probed) and spread.get("sigma_after_probe") is not None:
-                spread["sigma"] = spread["sigma_after_probe"]
-                if spread.get("residual_sigma_after_probe") is not None:
-                    spread["residual_sigma"] = spread["residual_sigma_after_probe"]
-                spread["probed"] = True
-    return out, probed
-
-
-def probe_calibration(base: dict[str, Any], probe_dirs: Sequence[str], base_source: str = "<base>"
-                      ) -> tuple[dict[str, Any], list[str]]:
-    """A pooled calibration re-centred on an allocation's probe (the all-reduce sweeps under
-    ``probe_dirs``; no DDP run is read), with a line for every link class the probe did not touch,
-    whose interval keeps the pooled allocation spread. Refused without a sweep: a probe that measured
-    nothing would return the pooled file under another name."""
-    probe = load_measurements(probe_dirs)
-    if not probe.samples:
-        raise ScenarioError("no all-reduce sweep (allreduce.jsonl) to re-centre the calibration on: the probe is "
-                            "the allocation's sweeps, one per link class it will use", file=", ".join(probe_dirs))
-    links = probe_links(probe)
-    # one-node classes: the probe's bandwidth on the pool's curves; the network: the probe's own fit
-    # (its bandwidth alone did not carry: 4 x H100 4x1, 26.0% mean held out against 8.7% refitted)
-    out, probed = recentre(base, {c: e for c, e in links.items() if c != INTER_NODE_LINK_CLASS}, keep_shape=True)
-    out, probed_net = recentre(out, {c: e for c, e in links.items() if c == INTER_NODE_LINK_CLASS})
-    probed |= probed_net
-    out["probed_from"] = {"folders": [os.path.basename(os.path.normpath(d)) for d in probe_dirs],
-                          "base": base_source, "parts": sorted(f"{c} {p}" for c, p in probed)}
-    # the probe's DDP steps (plan probe since issue #39): the overheads' level on this allocation
-    from ddpsim.fitting.probe_overheads import levels_record, recentre_overheads
-
-    out, levels = recentre_overheads(out, probe)
-    if levels:
-        out["probed_from"]["overheads"] = levels_record(levels)
-    touched = {c for c, _ in probed}
-    notes = [f"{c}: not in the probe (no sweep of it): the pooled fit and its allocation spread stand for this "
-             f"allocation" for c in sorted(set(base.get("link_classes") or {}) - touched)]
-    return out, notes
 
 
 def probed_part(run: dict[str, Any]) -> tuple[str, str]:
@@ -414,7 +324,7 @@ def predict_fold(
         level_cal = calibration_from_dict(recentre(data, links, keep_shape=True)[0], f"<{allocation.name}, level>")
         for run in plain[allocation.name]:
             link_class = run_class(run)
-            if link_class not in pooled.overheads or not _has_link(pooled, run):
+            if not pooled.has_overheads(link_class) or not _has_link(pooled, run):
                 if log:
                     log(f"{allocation.name}: {link_class} not in the pooled fit, not predicted")
                 continue
@@ -422,13 +332,13 @@ def predict_fold(
             touched = probed_part(run) in probed
             with_probe = predict_run(measured, run, probed_cal).predicted_s if touched else None
             level = predict_run(measured, run, level_cal).predicted_s if touched else None
-            noise = pooled.noise.get(link_class) or {}
+            noise = pooled.noise.get(link_class) or NoiseSigmas()
             rows.append(HeldOutRun(
                 allocation=allocation.name, gpu=allocation.gpu, group=row.group, link_class=link_class,
                 model=row.model, world_size=row.world_size, nodes=row.nodes, bucket_cap_mb=row.bucket_cap_mb,
                 launch=row.launch, measured_s=row.measured_s, pooled_s=row.predicted_s, probed_s=with_probe,
                 model_in_fit=row.model in (pooled.overhead_models(link_class, row.world_size) or []),
-                step_sigma=noise.get("step_sigma"), launch_sigma=noise.get("launch_sigma"), level_s=level,
+                step_sigma=noise.step_sigma, launch_sigma=noise.launch_sigma, level_s=level,
             ))
     if cache:
         _write_cache(cache, {"held_out": sorted(names), "training": [a.name for a in training], "modes": list(MODES),

@@ -2,7 +2,7 @@
 
 torch + Python standard library only.  Launch on one host:
 
-    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N -m ddpsim.measure.hook_mechanism --out DIR
+    NCCL_NVLS_ENABLE=0 torchrun --standalone --nproc_per_node=N -m validation.experiments.hook_mechanism --out DIR
 
 For each model (default resnet50, gpt2-124m, mlp-ln-64: the harness's definitions in models.py) at
 bucket_cap_mb=25 every variant below is built as its own DDP instance and measured in two interleaved

@@ -18,8 +18,8 @@ CPU, NCCL on one GPU. Every mechanism below is read in PyTorch's source (torch/n
 * fixed (find_unused): ``all_reduce_local_used_map`` after the last bucket (pinned temporary, H2D
   copy, one all-reduce of 4 bytes per parameter) and ``local_used_map_.fill_(0)``: the intercept.
 
-Usage:  python -m ddpsim.measure.option_cost --device cpu --out FILE.json
-        python -m ddpsim.measure.option_cost --device cuda --models resnet50,... --steps 40 --out FILE.json
+Usage:  python -m validation.experiments.option_cost --device cpu --out FILE.json
+        python -m validation.experiments.option_cost --device cuda --models resnet50,... --steps 40 --out FILE.json
 On cuda it also times real training steps of the harness models (variants none, find_unused,
 static_graph interleaved step by step, CUDA events for the GPU step and perf_counter for the host).
 """
