@@ -265,7 +265,7 @@ def _fields(node, where=""):
 # removed or renamed: move that kind's schema_version, say what changed in docs/reference.md ("Output
 # contracts"), then update its line.
 FIELDS_AT_VERSION = {
-    "run-result": (3, "de3e36379fb5"),
+    "run-result": (3, "4767482b0b60"),
     "sweep": (2, "91e089923235"),
     "sweep-point": (2, "39539896b787"),
     "scale": (2, "3a014881e068"),

@@ -19,7 +19,7 @@ from ddpsim.fitting.validate import predict_run
 from ddpsim.jsonfile import read_json_object
 
 PROBE = "validation/data/h200x2-probe-2026-11-28"
-POOLED = "validation/calibration-h200-pooled.json"
+POOLED = "ddpsim/calibration/shipped/pooled-h200.json"
 
 
 def test_the_level_scales_host_times_and_floors_the_slowdowns_at_one():

@@ -22,7 +22,7 @@ from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.fitting.validate import predict_run
 from ddpsim.jsonfile import read_json_object
 
-BASE = "validation/calibration-h200-pooled.json"
+BASE = "ddpsim/calibration/shipped/pooled-h200.json"
 PROBE = "validation/data/h200x2-probe-2026-11-28"
 HELDOUT = "validation/data/h200x2-heldout-2026-11-28"
 
