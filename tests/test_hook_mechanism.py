@@ -108,7 +108,7 @@ def test_no_hook_no_extra():
 
 def test_the_harness_script_records_every_variant(gloo_world1, tmp_path):
     pytest.importorskip("torch")
-    from ddpsim.measure import hook_mechanism
+    from validation.experiments import hook_mechanism
 
     assert hook_mechanism.main(["--out", str(tmp_path), "--models", "tiny-mlp", "--warmup", "2", "--steps", "2",
                                 "--profile-steps", "0"]) == 0

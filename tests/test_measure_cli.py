@@ -30,7 +30,7 @@ _NO_TORCH = textwrap.dedent(
     """
 )
 HARNESS_COMMANDS = ("ddpsim.measure", "ddpsim.measure.campaign", "ddpsim.measure.worker", "ddpsim.measure.fsdp",
-                    "ddpsim.measure.trace", "ddpsim.measure.hook_mechanism", "ddpsim.measure.option_cost")
+                    "ddpsim.measure.trace")
 
 
 def _run(args: list[str], cwd: Path, without_torch: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -27,7 +27,8 @@ cluster:
   gpus_per_node: 4
   intra_node: {type: nvswitch, bandwidth: 300GB/s, latency: 2us}
   inter_node: {type: fat-tree, nic_bandwidth: 200Gbps, latency: 7us, oversubscription: 2, nics_per_node: 4,
-               duplex_factor: 0.9, nodes_per_leaf: 2}
+               duplex_factor: 0.9, nodes_per_leaf: 2,
+               leaves_per_spine: 2, spine_oversubscription: 1}
 overheads: {bucket_launch: 30us, copy_bandwidth: 1TB/s, compute_slowdown: 1.1, comm_slowdown: 1.2,
             allreduce_stretch: 1.3, idle_start_wait: 0us, max_inflight_buckets: 4, bucket_cpu: 5us, hook_cpu: 100us,
             buffer_sync: 0ms}

@@ -49,7 +49,8 @@ def read_memory(root: Fields, sub_fields: Any) -> MeasuredMemory | None:
     """The record's ``memory`` object, checked field by field; None where the record has none.
     ``sub_fields(block, prefix)`` gives the typed accessor of a nested object."""
     block = root.get("memory", (dict,), "an object with the step's measured memory", optional=True)
-    if block is None:
+    if block is None or block.get("peak_allocated_bytes", 0) is None:
+        # a record measured on the CPU (the harness's dry run) has no device peak: nothing measured to carry
         return None
     sub = sub_fields(block, "memory.")
     values: dict[str, int] = {}
