@@ -127,8 +127,8 @@ def estimate(model: str, batch: int, precision: str, seq: int | None, factories:
     key = (model, batch, precision, seq)
     if key in _ESTIMATES:
         return _ESTIMATES[key]
-    from ddpsim.workload.torch_factory import import_factory_model
     from ddpsim.workload.torch_import import import_hf_model, import_torch_model
+    from ddpsim.workload.torch_import_factory import import_factory_model
 
     base = model.split("@")[0]
     harness = {"resnet50": "resnet50", "gpt2-124m": "gpt2_124m", "mlp-heavy": "mlp_heavy", "mlp-ln-64": "mlp_ln_64",

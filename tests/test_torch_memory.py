@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from ddpsim.loader import scenario_from_dict  # noqa: E402
 from ddpsim.simulation import simulate  # noqa: E402
 from ddpsim.workload.torch_import import import_torch_model  # noqa: E402
-from ddpsim.workload.torch_memory import step_memory, torch_version_ok  # noqa: E402
+from ddpsim.workload.torch_import_memory import step_memory, torch_version_ok  # noqa: E402
 
 FACTORY = '''
 import torch

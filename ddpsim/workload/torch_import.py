@@ -464,7 +464,7 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
                          source, hint if guessed else "")
     if not optimizer:
         return workload
-    from ddpsim.workload.torch_memory import with_step_memory
+    from ddpsim.workload.torch_import_memory import with_step_memory
 
     return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer)
 
@@ -515,9 +515,9 @@ def _batch_input(torch: Any, model: Any, make_batch: Any, loss_fn: Any, batch_si
 
 def _fake_step(torch: Any, factory: Any, py_module: Any, batch_size: int,
                seq_len: int | None) -> Callable[[], tuple[Any, Callable[[Any], Any]]]:
-    """What torch_memory runs under FakeTensorMode: the factory's model and its step's loss (the factory's
+    """What torch_import_memory runs under FakeTensorMode: the factory's model and its step's loss (the factory's
     loss_fn or ``ddpsim measure``'s default; for a bare module, the mean square of its outputs)."""
-    from ddpsim.workload.torch_memory import _outputs_loss, default_loss
+    from ddpsim.workload.torch_import_memory import _outputs_loss, default_loss
 
     def build() -> tuple[Any, Callable[[Any], Any]]:
         made = factory()
