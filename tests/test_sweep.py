@@ -273,8 +273,16 @@ def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_
     import io
     import threading
 
+    # every point after the first waits until a worker is gone: the sweep cannot finish before it sees the loss,
+    # however the machine's load orders the threads (CI once finished all 8 points before the retirement landed)
+    worker_gone = threading.Event()
+    calls = []
+
     def slow_fake(scenario):
-        time.sleep(0.3)
+        calls.append(scenario)
+        if len(calls) > 1:
+            worker_gone.wait(60)
+        time.sleep(0.05)
         return fake_simulate(scenario)
 
     monkeypatch.setattr(simulate_module, "simulate", slow_fake)
@@ -293,6 +301,9 @@ def test_dask_worker_loss_is_reported_and_the_sweep_finishes(scenario_file, tmp_
             while not (points.exists() and any(points.iterdir())) and time.monotonic() < deadline:
                 time.sleep(0.02)
             killer.retire_workers(workers[:1])
+            while len(killer.scheduler_info()["workers"]) > 1 and time.monotonic() < deadline:
+                time.sleep(0.02)
+            worker_gone.set()
 
         thread = threading.Thread(target=lose_one_worker)
         thread.start()

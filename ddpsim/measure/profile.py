@@ -25,7 +25,7 @@ from .common import (
     wait_for_gpu_s,
     write_json,
 )
-from .memory import PeakTracker, profile_memory
+from .memory import PeakTracker, profile_memory, settled_allocated_bytes
 from .models import MODELS, buffers_bytes, ddp_param_order, file_stem, resolve
 from .runner import Runner, cap_value
 
@@ -47,6 +47,7 @@ def profile_model(spec, device, iters=20, warmup=5):
     (an add per parameter in AccumulateGrad), what every micro-step after the first pays under
     gradient accumulation."""
     torch.manual_seed(0)
+    baseline_bytes = settled_allocated_bytes(device)
     model = spec.build_on(device)
     model.train()
     order = ddp_param_order(model)
@@ -67,7 +68,7 @@ def profile_model(spec, device, iters=20, warmup=5):
     sync_floor_s = idle_sync_s(device)
     # the peak of the clean steps after warm-up only: an accumulate step's backward adds into gradients that
     # already exist, a higher peak than a training loop that zeroes them (set_to_none) sees
-    peaks = PeakTracker(device)
+    peaks = PeakTracker(device, baseline_bytes)
     for it in range(warmup + 4 * iters):
         kind = ("clean", "hooked", "lead", "accumulate")[(it - warmup) % 4] if it >= warmup else ("clean", "hooked")[it % 2]
         hooked = kind == "hooked"
@@ -147,6 +148,7 @@ def profile_model(spec, device, iters=20, warmup=5):
            "optimizer": spec.optimizer, "params": params, "buffers_bytes": buffers_bytes(model),
            "param_bytes": sum(p.numel() * p.element_size() for _, p in order), "memory": memory}
     del model, opt, batch
+    settled_allocated_bytes(device)  # the next profile of this launch starts without this one's leftovers
     if device.type == "cuda":
         torch.cuda.empty_cache()
     return out

@@ -109,3 +109,12 @@ def _report(data: str, derive: bool) -> str:
             lines.append(f"- held out (the other launch): {strategy} step error mean "
                          f"{100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% ({len(errors)} runs)")
     return "\n".join(lines) + "\n"
+
+
+X4_FRESH = "validation/data/h200x4-fresh-2026-11-28/fsdp"
+
+
+def run_x4_fresh() -> str:
+    """FSDP2 on 4 GPUs of a fresh allocation (``ddpsim measure --plan sharded``): the host terms were derived on
+    2 GPUs, so this is the first check of them at another world size."""
+    return _report(X4_FRESH, derive=False)

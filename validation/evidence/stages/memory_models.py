@@ -89,3 +89,36 @@ if __name__ == "__main__":
             with open(out, "a", encoding="utf-8") as handle:
                 handle.write(json.dumps(row) + "\n")
     print(render([r for r in done if "error_text" not in r]))
+
+
+REMEASURED = os.path.join(ROOT, "validation/data/memdiag-h200x4-2026-11-28")
+
+
+def remeasured() -> str:
+    """The models-2026-11-28 rows that ddpsim missed most, measured again one after the other in a fresh process
+    (memdiag-h200x4-2026-11-28): each peak less the bytes the process held before the model was built, what the
+    harness records since it stopped counting an earlier model's leftovers."""
+    with open(os.path.join(REMEASURED, "memdiag.json"), encoding="utf-8") as handle:
+        measured = json.load(handle)
+    campaign_peaks = {r["model"]: r["memory"]["peak_allocated_bytes"] for r in profiles()}
+    lines = ["Peak memory of a world-size-1 step, predicted from torch:factory (MemTracker on the CPU, ddpsim's memory "
+             "model) against the harness's profile_model run alone on one H200 of a fresh 4 x H200 allocation "
+             "(memdiag-h200x4-2026-11-28); no fit, every run held out.", "",
+             "| model | batch | precision | optimizer | in the campaign launch GB | re-measured GB | predicted GB | "
+             "error against re-measured | error against the campaign launch |", "|---|---|---|---|---|---|---|---|---|"]
+    errors = []
+    for name, entry in measured.items():
+        memory = dict(entry["memory"])
+        memory["peak_allocated_bytes"] = entry["record_peak_allocated"] - entry["base_bytes"]
+        record = {"model": name, "precision": memory["precision"], "batch_size": memory["batch_size"],
+                  "seq_len": None, "memory": memory}
+        row = predict(record)
+        campaign = campaign_peaks.get(name)
+        then = f"{100 * (row['predicted_bytes'] / campaign - 1):+.1f}%" if campaign else "-"
+        errors.append(abs(row["error"]))
+        lines.append(f"| {row['model']} | {row['batch_size']} | {row['precision']} | {row['optimizer']} | "
+                     f"{campaign / 1e9 if campaign else float('nan'):.2f} | {row['measured_bytes'] / 1e9:.2f} | "
+                     f"{row['predicted_bytes'] / 1e9:.2f} | {100 * row['error']:+.1f}% | {then} |")
+    lines += ["", f"mean |error| {100 * sum(errors) / len(errors):.1f}%, max {100 * max(errors):.1f}% over "
+              f"{len(errors)} re-measured runs"]
+    return "\n".join(lines) + "\n"
