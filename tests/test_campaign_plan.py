@@ -43,3 +43,36 @@ def test_an_emulated_two_node_launch_runs_the_worker_with_its_node_size(tmp_path
     i = cmd.index("--gpus-per-node")
     assert cmd[i + 1] == "1" and cmd[cmd.index("--mode") + 1] == "sweep"
     assert env["NCCL_NET"] == "Socket" and env["CUDA_VISIBLE_DEVICES"] == ""  # a CPU dry run: gloo
+
+
+def _four_gpu_plan(tmp_path, budget_s: float) -> tuple:
+    a = campaign.build_parser().parse_args(["--out", str(tmp_path), "--cpu-slots", "4", "--models", "resnet50",
+                                            "--shapes", "1x4,2x2", "--transports", "nvlink,shm,socket",
+                                            "--budget-s", str(budget_s)])
+    plan = campaign.plan_campaign(a, str(tmp_path))
+    return campaign.select_launches(plan.launches, budget_s, len(plan.models))
+
+
+def test_a_short_budget_keeps_the_links_nccl_picks_itself_and_drops_the_forced_classes(tmp_path):
+    # 85 s on 4 GPUs (h200x4-fresh-2026-11-28): the profile's share is 25 s a model + 10 s = 35 s, so 50 s are
+    # left, one 30-s sweep launch: NVLink on one node, not the socket launch the weighted shares ran before
+    kept, dropped = _four_gpu_plan(tmp_path, 85.0)
+    assert [(x.kind, x.transport, x.shape) for x in kept] == [("profile", "none", (1, 1)), ("sweep", "nvlink", (1, 4))]
+    assert {(x.transport, x.shape) for x in dropped} == {
+        ("shm", (1, 4)), ("socket", (1, 4)), ("nvlink", (2, 2)), ("shm", (2, 2)), ("socket", (2, 2))}
+    # 125 s: 90 s left, three sweep launches: both NVLink shapes first, then shared memory on one node (plan order)
+    kept, _ = _four_gpu_plan(tmp_path, 125.0)
+    assert [(x.transport, x.shape) for x in kept if x.kind == "sweep"] == [
+        ("nvlink", (1, 4)), ("shm", (1, 4)), ("nvlink", (2, 2))]
+
+
+def test_a_budget_that_covers_every_launch_drops_none(tmp_path):
+    kept, dropped = _four_gpu_plan(tmp_path, 600.0)
+    assert dropped == [] and len(kept) == 7
+
+
+def test_no_sweep_launch_is_starved_below_its_floor_by_heavier_weights():
+    # the weighted share of the first of six launches was 61 s x 1.3 / 11.8 = 7 s; the floor gives it an equal
+    # share of what is left, up to the 30 s a launch needs
+    assert campaign.sweep_floor_s(61.0, 6) == 61.0 / 6
+    assert campaign.sweep_floor_s(200.0, 2) == campaign.MIN_SWEEP_LAUNCH_S

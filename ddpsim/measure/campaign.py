@@ -60,6 +60,37 @@ def launch_budget_s(kind: str, remaining_s: float, weight: float, remaining_weig
     return budget
 
 
+# what a sweep or repeat launch needs to be worth starting: about 10 s of torchrun and NCCL start-up, a short
+# sweep and a few DDP steps. Below it a launch ran its sweep and skipped every DDP run (4 x H200 probe at 85 s,
+# h200x4-fresh-2026-11-28: six launches planned, two skipped outright, the four that ran wrote no DDP step)
+MIN_SWEEP_LAUNCH_S = 30.0
+
+
+def launch_priority(launch: Launch) -> tuple[int, int]:
+    """Which launches a short budget keeps first: sweeps before repeats, and within them the link NCCL picks by
+    itself on the shape (NVLink; the network alone on one GPU per node) before the forced slower classes."""
+    default = "socket" if launch.shape[1] == 1 else "nvlink"
+    rank = 0 if launch.transport == default else {"shm": 1, "socket": 2}.get(launch.transport, 3)
+    return (0 if launch.kind == "sweep" else 1, rank)
+
+
+def select_launches(launches: list[Launch], budget_s: float, n_models: int) -> tuple[list[Launch], list[Launch]]:
+    """(kept, dropped): the profile and micro-benchmark launches always, then as many sweep / repeat launches, by
+    ``launch_priority``, as the budget gives ``MIN_SWEEP_LAUNCH_S`` each; the kept ones stay in plan order."""
+    fixed = [x for x in launches if x.kind not in ("sweep", "repeat")]
+    left = budget_s - sum(launch_budget_s(x.kind, budget_s, 0.0, 1.0, n_models) for x in fixed)
+    fits = max(0, int(left // MIN_SWEEP_LAUNCH_S))
+    ranked = sorted((x for x in launches if x.kind in ("sweep", "repeat")), key=launch_priority)
+    dropped = ranked[fits:]
+    return [x for x in launches if x not in dropped], [x for x in launches if x in dropped]
+
+
+def sweep_floor_s(remaining_s: float, sweeps_left: int) -> float:
+    """The least a sweep launch is given whatever its weight: the weighted shares gave NVLink's launch 7 s of 61
+    beside the slower classes' larger weights, and skipped it."""
+    return min(MIN_SWEEP_LAUNCH_S, remaining_s / max(1, sweeps_left))
+
+
 # the harness's own result files/folders in DIR (what --fresh deletes; nothing else there is touched)
 RESULT_FILES = ("allreduce.jsonl", "ddp_runs.jsonl", "launches.jsonl", "profile_failures.jsonl", "microbench.jsonl",
                 "netprobe.jsonl", "overlap.jsonl", "fsdp_runs.jsonl")
@@ -577,7 +608,7 @@ def launch_command(a: argparse.Namespace, plan: CampaignPlan, launch: Launch, li
             cmd += ["--timing-cap", str(plan.timing_cap)]
         if a.skip_allreduce:
             cmd += ["--skip-allreduce"]
-        cmd += ["--algos", a.algos, "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget))]
+        cmd += ["--algos", a.algos, "--allreduce-budget-s", str(6.0 if a.quick else min(60.0, 0.3 * budget, 0.5 * max(10.0, budget - 15)))]
         if a.quick or a.cpu_slots:
             # a quick sweep still leaves its latency floor (calibrate refuses one that stops on it: 1 MiB
             # did on a CPU dry run); on CPU slots 1 MiB keeps the dry run short
@@ -637,6 +668,17 @@ def run_campaign(a: argparse.Namespace, plan: CampaignPlan, t0: float) -> set[st
     used_ids = {str(x) for x in used if x is not None}
     done = done_launches(out) if a.resume else set()
     ran: set[str] = set()  # launch ids of this invocation
+    launches, dropped = select_launches(launches, a.budget_s - (time.time() - t0), len(plan.models))
+    if dropped:
+        print(f"[campaign] a {a.budget_s:.0f} s budget runs {len(launches)} of {len(launches) + len(dropped)} launches "
+              f"(at least {MIN_SWEEP_LAUNCH_S:.0f} s a sweep): dropping "
+              f"{', '.join(_what(x.kind, x.transport, *x.shape) for x in dropped)}; about "
+              f"{a.budget_s + MIN_SWEEP_LAUNCH_S * len(dropped):.0f} s runs them all", flush=True)
+        for launch in dropped:
+            keys = expected_of(a, plan, launch)
+            if keys:
+                record_missing(out, _launch_id(launch, used_ids), _miss_base(launch), keys,
+                               "not run: dropped, the campaign budget was too small for every launch")
     for i, launch in enumerate(launches):
         (N, G), W = launch.shape, launch.world
         if (launch.kind, launch.transport, W, N) in done:
@@ -646,6 +688,10 @@ def run_campaign(a: argparse.Namespace, plan: CampaignPlan, t0: float) -> set[st
         remaining = a.budget_s - (time.time() - t0)
         budget = launch_budget_s(launch.kind, remaining, launch.weight, sum(x.weight for x in launches[i:]),
                                  len(plan.models))
+        if launch.kind in ("sweep", "repeat"):
+            later = sum(1 for x in launches[i + 1:] if x.kind in ("sweep", "repeat"))
+            budget = max(budget, sweep_floor_s(remaining, later + 1))
+            budget = min(budget, max(sweep_floor_s(remaining, later + 1), remaining - MIN_SWEEP_LAUNCH_S * later))
         lid = _launch_id(launch, used_ids)
         keys = expected_of(a, plan, launch)
         if remaining < 20 or budget < 15:
