@@ -138,3 +138,19 @@ def test_calibrate_records_the_gpu_counts_and_link_classes(tmp_path, capsys):
     # a scenario reads the file back and an H100 scenario refuses it
     assert main(["run", _scenario(tmp_path, "H100", os.fspath(out))]) == 2
     assert "measured_on.gpu" in _error_line(capsys)
+
+
+def test_a_sweep_takes_allow_other_gpu_to_every_point(tmp_path, capsys):
+    scenario = _scenario(tmp_path, "H100-SXM", "pooled:H200")
+    grid = ["--grid", "ddp.bucket_cap_mb=5,25", "--workers", "1"]
+    main(["sweep", scenario, *grid, "--out", str(tmp_path / "refused"), "--json"])
+    refused = json.loads(capsys.readouterr().out)
+    assert [p["status"] for p in refused["points"]] == ["error", "error"]
+    assert all("--allow-other-gpu" in p["error"] for p in refused["points"])
+    assert main(["sweep", scenario, *grid, "--out", str(tmp_path / "allowed"), "--allow-other-gpu", "--json"]) == 0
+    allowed = json.loads(capsys.readouterr().out)
+    assert [p["status"] for p in allowed["points"]] == ["ok", "ok"]
+    # the same points as a run with the flag: the calibration applied, not dropped
+    assert main(["run", scenario, "--set", "ddp.bucket_cap_mb=5", "--allow-other-gpu", "--json"]) == 0
+    run_step_s = json.loads(capsys.readouterr().out)["step_time_s"]
+    assert allowed["points"][0]["metrics"]["step_time_s"] == pytest.approx(run_step_s)

@@ -63,7 +63,7 @@ def register(subparsers: Any) -> None:
         "ddpsim sweep scenarios/h100-2x8-ib400-gpt2.yaml --grid cluster.nodes=1,2,4 "
         "--grid ddp.bucket_cap_mb=25,100 --out reports/grid --workers 4",
     ))
-    add_scenario_args(sweep, allow_other_gpu=False)  # each point refuses a calibration of another GPU kind
+    add_scenario_args(sweep)
     sweep.add_argument(
         "--grid", action="append", default=[], metavar="FIELD=V1,V2,...", required=True,
         help="a scenario field and its values (YAML scalars); repeat for a cartesian product",
@@ -149,7 +149,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise ScenarioError("--workers is for local processes; the Dask cluster has its own", field="--workers")
     try:
         outcome = run_sweep(
-            args.scenario, args.grid, args.out, args.overrides, args.workers, args.dask, args.yes, sys.stderr
+            args.scenario, args.grid, args.out, args.overrides, args.workers, args.dask, args.yes, sys.stderr,
+            allow_other_gpu=args.allow_other_gpu,
         )
     except KeyboardInterrupt:
         # cli.main prints it on one line and exits 130

@@ -64,6 +64,7 @@ class SweepPoint:
     data: dict[str, Any]
     hash: str = ""
     invalid: str | None = None  # the validation error of this combination, if any
+    allow_other_gpu: bool = False  # --allow-other-gpu: its calibration may come from another GPU kind
 
 
 @dataclass
@@ -204,6 +205,9 @@ def scenario_hash(scenario: Scenario) -> str:
     model = scenario.workload.model
     inputs = {
         "calibration": scenario.calibration.digest if scenario.calibration is not None else None,
+        # only when allowed, so that adding it kept every other point's key: a point refused without it is redone
+        **({"other_gpu_allowed": True} if scenario.calibration is not None and scenario.calibration.other_gpu_allowed
+           else {}),
         "profile": _file_digest(model.split(":", 1)[1].strip(), scenario.base_dir) if model.startswith("profile:") else None,
         "torch_source": _torch_source_digest(model, scenario.base_dir) if model.startswith("torch:") else None,
         # only for hf: models, so that adding it kept every other point's key
@@ -220,12 +224,14 @@ _WRONG_KIND = ("expected one of", "expected an integer", "expected a number", "e
                "expected a finite number")
 
 
-def validate_points(points: Sequence[SweepPoint], axes: Sequence[GridAxis], file: str, base_dir: str) -> None:
+def validate_points(points: Sequence[SweepPoint], axes: Sequence[GridAxis], file: str, base_dir: str,
+                    allow_other_gpu: bool = False) -> None:
     """Build every point's Scenario; unknown grid fields and values of the wrong kind (a choice that is not
     one, text for a number) raise, values out of range mark just their points."""
     for point in points:
+        point.allow_other_gpu = allow_other_gpu
         try:
-            scenario = scenario_from_dict(point.data, file=file, base_dir=base_dir)
+            scenario = scenario_from_dict(point.data, file=file, base_dir=base_dir, allow_other_gpu=allow_other_gpu)
         except ScenarioError as exc:
             for axis in axes:
                 if _is_unknown_field(exc, axis.field):
@@ -248,14 +254,14 @@ def metrics_of(result_dict: dict[str, Any]) -> dict[str, Any]:
     return {name: result_dict.get(name) for name in RESULT_COLUMNS}
 
 
-def run_point(task: tuple[dict[str, Any], str, str]) -> dict[str, Any]:
+def run_point(task: tuple[dict[str, Any], str, str, bool]) -> dict[str, Any]:
     """Simulate one point (in a worker process, a Dask worker or inline); never raises.
 
     Returns plain data only, so it pickles cheaply across processes and machines.
     """
-    data, file, base_dir = task
+    data, file, base_dir, allow_other_gpu = task
     try:
-        scenario = scenario_from_dict(data, file=file, base_dir=base_dir)
+        scenario = scenario_from_dict(data, file=file, base_dir=base_dir, allow_other_gpu=allow_other_gpu)
         # looked up at call time so tests can monkeypatch ddpsim.simulation.simulate
         simulate = importlib.import_module("ddpsim.simulation").simulate
         result = simulate(scenario)
@@ -332,8 +338,8 @@ def _save_point(out: str, point: SweepPoint, raw: dict[str, Any]) -> None:
 Runner = Callable[[list[SweepPoint], Callable[[SweepPoint, dict[str, Any]], None]], None]
 
 
-def _task(point: SweepPoint, file: str, base_dir: str) -> tuple[dict[str, Any], str, str]:
-    return (point.data, file, base_dir)
+def _task(point: SweepPoint, file: str, base_dir: str) -> tuple[dict[str, Any], str, str, bool]:
+    return (point.data, file, base_dir, point.allow_other_gpu)
 
 
 def _run_inline(points: list[SweepPoint], file: str, base_dir: str, done: Callable[..., None]) -> None:
@@ -506,13 +512,14 @@ def _check_names(scenario: Scenario) -> None:
 
 
 def prepare_sweep(
-    scenario_path: str, grid_specs: Sequence[str], overrides: Iterable[str] = (), yes: bool = False
+    scenario_path: str, grid_specs: Sequence[str], overrides: Iterable[str] = (), yes: bool = False,
+    allow_other_gpu: bool = False,
 ) -> tuple[list[GridAxis], list[SweepPoint], str, str, Scenario]:
     """Parse and validate everything a sweep needs before any file is written."""
     axes = parse_grid(grid_specs, scenario_path)
     base = apply_overrides(read_scenario_dict(scenario_path), overrides, scenario_path)
     base_dir = os.path.dirname(os.path.abspath(scenario_path))
-    base_scenario = scenario_from_dict(base, file=scenario_path, base_dir=base_dir)
+    base_scenario = scenario_from_dict(base, file=scenario_path, base_dir=base_dir, allow_other_gpu=allow_other_gpu)
     _check_names(base_scenario)  # the base must be valid
     count = point_count(axes)
     if count > MAX_POINTS_WITHOUT_CONFIRMATION and not yes:
@@ -522,7 +529,7 @@ def prepare_sweep(
             field="--grid",
         )
     points = expand_grid(base, axes, scenario_path)
-    validate_points(points, axes, scenario_path, base_dir)
+    validate_points(points, axes, scenario_path, base_dir, allow_other_gpu)
     return axes, points, scenario_path, base_dir, base_scenario
 
 
@@ -535,10 +542,11 @@ def run_sweep(
     dask_address: str | None = None,
     yes: bool = False,
     progress: TextIO | None = None,
+    allow_other_gpu: bool = False,
 ) -> SweepOutcome:
     """Run (or resume) a sweep into ``out``: points/<hash>.json as they finish, then sweep.csv and
     report.md at the end. Raises ScenarioError before writing anything if the inputs are wrong."""
-    axes, points, file, base_dir, base = prepare_sweep(scenario_path, grid_specs, overrides, yes)
+    axes, points, file, base_dir, base = prepare_sweep(scenario_path, grid_specs, overrides, yes, allow_other_gpu)
     from ddpsim.outdir import check_out_path, removed_if_left_empty
 
     check_out_path(out)
