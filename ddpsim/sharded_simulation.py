@@ -14,6 +14,7 @@ from typing import Any
 
 from ddpsim.collectives import CollectiveModel
 from ddpsim.errors import ScenarioError
+from ddpsim.hardware.allocator import allocator_reserve
 from ddpsim.hardware.catalog import GPUSpec
 from ddpsim.hardware.compute import STATE_BYTES_PER_PARAM, StepCompute, resolve_optimizer
 from ddpsim.intervals import union_length
@@ -85,6 +86,15 @@ def memory_check(scenario: Scenario, workload: Workload, gpu: GPUSpec) -> tuple[
                 "--set workload.activation_checkpointing=full)" if best else
                 f"still none fits (the least {min(c['total'] for c in checkpointed.values()) / 2**30:.1f} GiB)"))
         warnings.append(text)
+    else:
+        reserve = allocator_reserve()
+        if memory["total"] * reserve["max"] > gpu.memory_bytes:
+            low, high = memory["total"] * reserve["min"], memory["total"] * reserve["max"]
+            warnings.append(
+                f"the allocated peak {memory['total'] / 2**30:.1f} GiB fits the {gpu.name}'s "
+                f"{gpu.memory_bytes / 2**30:.1f} GiB, but PyTorch's caching allocator reserved {reserve['min']:.2f}x to "
+                f"{reserve['max']:.2f}x its allocated peak in {reserve['runs']} measured runs: {low / 2**30:.1f} to "
+                f"{high / 2**30:.1f} GiB, which may not fit")
     return (memory, {s: m["total"] for s, m in by_strategy.items()},
             recommend_strategy(by_strategy, gpu.memory_bytes), warnings)
 
