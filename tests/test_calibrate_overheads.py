@@ -15,7 +15,11 @@ from ddpsim.simulation import prepare, simulate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data", "h200x4-2026-11-26")
-PROFILES = {m: os.path.join(DATA, "profiles", f"{m}.json") for m in ("resnet50", "gpt2-124m")}
+PROFILES = {m: os.path.join(DATA, "profiles", f"{m}.json") for m in ("resnet50", "gpt2-124m", "mlp-heavy")}
+# the pruning test's models (its outcome was checked on these two); the plain fit's: ResNet-50 (with
+# buffers, so buffer_sync_s is fitted) and mlp-heavy, 4x cheaper to simulate than GPT-2
+PRUNING_MODELS = ("resnet50", "gpt2-124m")
+FIT_MODELS = ("resnet50", "mlp-heavy")
 TRUE = {
     "bucket_launch_s": 20e-6,
     "compute_slowdown": 1.15,
@@ -56,11 +60,11 @@ def links(tmp_path_factory):
 
 
 def test_fit_reproduces_runs_generated_with_known_overheads(links):
-    runs = {(m, c): _run(m, c) for m in PROFILES for c in (1, 5, 25, 50)}
+    runs = {(m, c): _run(m, c) for m in FIT_MODELS for c in (1, 5, 25, 50)}
     for run in runs.values():
         run["step_s_median"] = _simulated(run, links, TRUE)
-    calibration_runs = [runs[(m, c)] for m in PROFILES for c in (5, 50)]
-    fitted = fit_overheads(calibration_runs, Profiles.from_paths(list(PROFILES.values())), links)
+    calibration_runs = [runs[(m, c)] for m in FIT_MODELS for c in (5, 50)]
+    fitted = fit_overheads(calibration_runs, Profiles.from_paths([PROFILES[m] for m in FIT_MODELS]), links)
     assert fitted.diagnostics.calibration_mape_pct < 0.5
     params = {k: fitted.values[k] for k in TRUE}
     for (model, cap), run in runs.items():
@@ -78,10 +82,10 @@ def test_pruning_keeps_the_terms_that_made_the_runs_and_drops_those_that_did_not
 
     true = {**{n: NO_EFFECT[n] for n in ("comm_slowdown", "allreduce_stretch", "bucket_cpu_s", "buffer_sync_s")},
             "compute_slowdown": 1.3, "bucket_launch_s": 40e-6, "max_inflight_buckets": None}
-    runs = [_run(m, c) for m in PROFILES for c in (1, 5, 25, 50)]
+    runs = [_run(m, c) for m in PRUNING_MODELS for c in (1, 5, 25, 50)]
     for run in runs:
         run["step_s_median"] = _simulated(run, links, true)
-    fitted = fit_overheads_pruned(runs, Profiles.from_paths(list(PROFILES.values())), links)
+    fitted = fit_overheads_pruned(runs, Profiles.from_paths([PROFILES[m] for m in PRUNING_MODELS]), links)
     assert set(fitted.diagnostics.fitted_terms) == {"compute_slowdown", "bucket_launch_s"}, fitted.diagnostics.pruned_terms
     assert fitted.values["compute_slowdown"] == pytest.approx(1.3, rel=0.05)
     assert fitted.values["bucket_launch_s"] == pytest.approx(40e-6, rel=0.5)

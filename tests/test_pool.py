@@ -248,15 +248,16 @@ def test_a_fold_never_sees_the_held_out_allocation(tmp_path):
     from ddpsim.fitting.calibrate import load_measurements
 
     # one GPU kind per pool, as find_allocations groups them (a pool of another kind is refused when it predicts)
-    train = _copy(tmp_path, "h200x4-2026-11-26", "train")
-    held = _copy(tmp_path, "h200x2-2026-11-26", "held")
+    train = _copy(tmp_path, "h200x4-2026-11-26", "train", models=("mlp-heavy",))
+    held = _copy(tmp_path, "h200x2-2026-11-26", "held", models=("mlp-heavy",))
     # the same allocation with every step doubled and its sweeps three times slower
-    edited = _copy(tmp_path, "h200x2-2026-11-26", "edited", scale_runs=2.0, scale_sweeps=3.0)
+    edited = _copy(tmp_path, "h200x2-2026-11-26", "edited", scale_runs=2.0, scale_sweeps=3.0, models=("mlp-heavy",))
     a_train, a_held, a_edit = (Allocation(os.path.basename(p), "H200", (p,)) for p in (train, held, edited))
     loaded = {a.name: load_measurements(a.folders) for a in (a_train, a_held, a_edit)}
-    plain = predict_fold([a_held], [a_train], loaded)
-    moved = predict_fold([a_edit], [a_train], loaded)
-    assert len(plain) == len(moved) == 2  # resnet50 at caps 5 and 50
+    # one training run per link class and GPU count (per_group=1): the fit simulates half the runs
+    plain = predict_fold([a_held], [a_train], loaded, per_group=1)
+    moved = predict_fold([a_edit], [a_train], loaded, per_group=1)
+    assert len(plain) == len(moved) == 2  # mlp-heavy at caps 5 and 50
     for p, m in zip(sorted(plain, key=lambda r: r.bucket_cap_mb), sorted(moved, key=lambda r: r.bucket_cap_mb),
                     strict=True):
         # the pooled prediction knows nothing of the held-out allocation
@@ -310,13 +311,17 @@ def test_leaving_a_class_out_one_allocation_at_a_time_never_fits_on_the_held_out
         root.mkdir()
         made = []
         for name in ("a", "b", "c"):
-            path = _copy(root, "h100x2-2026-11-26", name, scale_runs=2.0 if name == doubled else 1.0)
+            path = _copy(root, "h100x2-2026-11-26", name, scale_runs=2.0 if name == doubled else 1.0,
+                         models=("mlp-heavy",))
             made.append(Allocation(name, "H100-SXM", (path,)))
         return made
 
-    plain = cross_validate_allocations(allocations(tmp_path / "plain", None), folds=2, loo_classes=("nvlink",))
-    edited = cross_validate_allocations(allocations(tmp_path / "edited", "c"), folds=2, loo_classes=("nvlink",))
-    # every allocation's two runs (resnet50 at caps 5 and 50), once each
+    # one run per allocation in each fit (per_group=1): each fit simulates half the runs
+    plain = cross_validate_allocations(allocations(tmp_path / "plain", None), folds=2, per_group=1,
+                                       loo_classes=("nvlink",))
+    edited = cross_validate_allocations(allocations(tmp_path / "edited", "c"), folds=2, per_group=1,
+                                        loo_classes=("nvlink",))
+    # every allocation's two runs (mlp-heavy at caps 5 and 50), once each
     assert sorted(r.allocation for r in plain) == ["a", "a", "b", "b", "c", "c"]
 
     def by_run(rows):

@@ -229,9 +229,12 @@ def test_failed_points_make_the_sweep_exit_1(scenario_file, tmp_path, calls, cap
 
 def test_dask_with_no_worker_left_fails_the_points_instead_of_waiting(scenario_file, tmp_path, calls, monkeypatch):
     distributed = pytest.importorskip("distributed")
+    import functools
     import io
 
-    monkeypatch.setattr(sweep, "DASK_NO_WORKERS_S", 2)
+    # a 2 s wait in place of DASK_NO_WORKERS_S (30 s): _run_dask's default is bound when it is defined,
+    # so patching the constant would not shorten it; run_sweep looks _run_dask up when it calls it
+    monkeypatch.setattr(sweep, "_run_dask", functools.partial(sweep._run_dask, no_workers_s=2))
     out = str(tmp_path / "out")
     log = io.StringIO()
     with distributed.LocalCluster(n_workers=1, processes=False, dashboard_address=None) as cluster:
@@ -242,6 +245,7 @@ def test_dask_with_no_worker_left_fails_the_points_instead_of_waiting(scenario_f
                                   progress=log)
         elapsed = time.monotonic() - start
     assert elapsed < 60
+    assert elapsed < sweep.DASK_NO_WORKERS_S  # the 2 s wait given, not the default
     assert outcome.failed == 2 and all("no Dask worker" in o.error for o in outcome.outcomes)
     assert not calls
 
