@@ -62,7 +62,7 @@ PRIOR_HALF_FLOPS = 5e9
 # residual units (log-ratio) per e-fold away from the prior: ten values on six models need one; at 1.0 an
 # efficiency twice or half its prior weighs as a 70% miss of one profile group
 PRIOR_WEIGHT = 1.0
-FACTORIES = "/work/campaigns/factories"
+FACTORIES = os.path.join(ROOT, "validation", "data", "models-2026-11-28", "factories")  # the ten models of a user's own
 LAB = os.path.join(ROOT, "validation", "campaigns", "lab_models.py")
 
 
@@ -136,7 +136,7 @@ def estimate(model: str, batch: int, precision: str, seq: int | None, factories:
     if base in harness:
         workload = import_torch_model(f"ddpsim.measure.models:{harness[base]}", batch, precision, seq)
     elif base == "llama-1b":
-        workload = import_torch_model("ddpsim.measure.fsdp:llama_1b", batch, precision, seq)
+        workload = import_torch_model("ddpsim.measure.llama:llama_1b", batch, precision, seq)
     elif base == "vit-b16":
         # torchvision's vit_b_16 (not installed here): the same shapes from the ViT factory
         workload = import_factory_model(os.path.join(factories, "vit_s16.py:build"), batch, precision, seq,

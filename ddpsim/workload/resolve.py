@@ -98,7 +98,7 @@ def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
 # the harness's built-in models (ddpsim/measure/models.py) that the torch importer can build again by name
 _HARNESS_FACTORIES = {"resnet50": "resnet50", "gpt2-124m": "gpt2_124m", "mlp-heavy": "mlp_heavy",
                       "mlp-ln-64": "mlp_ln_64", "mlp-wide": "mlp_wide", "bert-large": "bert_large",
-                      "llama-1b": "ddpsim.measure.fsdp:llama_1b"}
+                      "llama-1b": "ddpsim.measure.llama:llama_1b"}
 
 
 def class_estimate(workload: Workload) -> tuple[Workload | None, str]:
