@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ddpsim.hardware.allocator import allocator_reserve
 from validation.evidence.stages.memory_published import torchtitan_row, zero_paper_rows
 
 # ZeRO paper, Figure 1: 7.5 B parameters, 64 GPUs, K = 12: (2 + 2 + K) psi, ..., (2 + 2 + K) psi / Nd, in GB
@@ -25,7 +26,9 @@ def test_torchtitans_llama3_8b_with_full_checkpointing_fits_and_is_below_its_res
     assert row["fits_80gb"]
     # the source reports the caching allocator's max reserved (83.9 GiB), which holds the allocated peak
     assert row["predicted_gib"] < row["reported_gib"]
-    # compared like with like: the allocator's measured reserve (13 steps, 1.05x to 1.22x) on the prediction
+    # compared like with like: the allocator's measured reserve on the prediction (the reserve's own range is
+    # derived from the raw measured runs in tests/test_allocator_reserve.py)
+    reserve = allocator_reserve()
     low, high = row["reserved_gib"]
-    assert low == pytest.approx(row["predicted_gib"] * 1.0511, rel=1e-3)
-    assert high == pytest.approx(row["predicted_gib"] * 1.2195, rel=1e-3)
+    assert low == pytest.approx(row["predicted_gib"] * reserve["min"], rel=1e-3)
+    assert high == pytest.approx(row["predicted_gib"] * reserve["max"], rel=1e-3)
