@@ -22,6 +22,8 @@ import statistics
 import sys
 from typing import Any
 
+from ddpsim.jsonfile import open_data
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "ddpsim", "hardware", "data", "allocator_reserve.json")
 MEMORY_RUNS = "validation/data/memory-2026-11-28/memory.json"
@@ -38,7 +40,7 @@ def measured_ratios(root: str = ROOT) -> list[dict[str, Any]]:
             rows.append({"source": MEMORY_RUNS, "run": f"{run['model']} {run['strategy']} "
                          f"checkpointing={run['activation_checkpointing']} on {run['world_size']} GPU(s)",
                          "ratio": run["peak_reserved_bytes"] / run["peak_allocated_bytes"]})
-    with open(os.path.join(root, FSDP_RUNS), encoding="utf-8") as handle:
+    with open_data(os.path.join(root, FSDP_RUNS)) as handle:
         for line in handle:
             run = json.loads(line)
             if run.get("status") == "ok" and run.get("memory"):

@@ -1,5 +1,9 @@
 """Read JSON from a user's file; every failure is one ScenarioError naming the file (and the field).
 
+Measured data may be stored gzip-compressed beside its name (``ddp_runs.jsonl.gz`` for ``ddp_runs.jsonl``):
+the committed campaigns are, so that a checkout fits what a GPU host takes. Every reader names the plain
+file and ``open_data`` finds either.
+
 Python's json module accepts what JSON does not (``NaN``, ``Infinity``) and keeps the last of a key
 written twice; measured data with either is a broken measurement, not a number, so both are refused
 here, for every JSON and JSONL file ddpsim reads.
@@ -7,11 +11,53 @@ here, for every JSON and JSONL file ddpsim reads.
 
 from __future__ import annotations
 
+import glob
+import gzip
 import json
 import math
-from typing import Any
+import os
+from typing import IO, Any
 
 from ddpsim.errors import ScenarioError
+
+GZIP_SUFFIX = ".gz"
+
+
+def data_path(path: str | os.PathLike[str]) -> str | None:
+    """The file that holds ``path``'s text: ``path`` itself, else its compressed copy ``path.gz``; None if neither."""
+    name = os.fspath(path)
+    for candidate in (name, name + GZIP_SUFFIX):
+        if os.path.isfile(candidate):
+            return candidate
+    return None
+
+
+def has_data(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` or its compressed copy exists."""
+    return data_path(path) is not None
+
+
+def open_data(path: str | os.PathLike[str], errors: str = "strict") -> IO[str]:
+    """``path`` opened as UTF-8 text, read through gzip when only ``path.gz`` exists (FileNotFoundError
+    names ``path`` when neither does)."""
+    found = data_path(path)
+    if found is None:
+        raise FileNotFoundError(2, "No such file or directory", os.fspath(path))
+    if found.endswith(GZIP_SUFFIX):
+        return gzip.open(found, "rt", encoding="utf-8", errors=errors)
+    return open(found, encoding="utf-8", errors=errors)
+
+
+def data_name(name: str) -> str:
+    """A data file's name as readers ask for it: ``ddp_runs.jsonl`` for ``ddp_runs.jsonl.gz``."""
+    return name.removesuffix(GZIP_SUFFIX)
+
+
+def glob_data(pattern: str, recursive: bool = False) -> list[str]:
+    """``glob.glob(pattern)`` that also finds compressed copies, named as their plain files (sorted, once each)."""
+    found = set(glob.glob(pattern, recursive=recursive))
+    found.update(data_name(p) for p in glob.glob(pattern + GZIP_SUFFIX, recursive=recursive))
+    return sorted(found)
 
 
 class BadJSONValue(ValueError):

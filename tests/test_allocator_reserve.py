@@ -10,6 +10,7 @@ import pytest
 
 from ddpsim.cli.main import main
 from ddpsim.hardware.allocator import allocator_reserve
+from ddpsim.jsonfile import open_data
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +20,7 @@ def test_the_shipped_reserve_is_the_range_of_the_runs_it_cites():
     memory = json.loads((ROOT / "validation/data/memory-2026-11-28/memory.json").read_text())
     for run in memory["two_gpu"] + memory["one_gpu"]:
         ratios.append(run["peak_reserved_bytes"] / run["peak_allocated_bytes"])
-    for line in (ROOT / "validation/data/h200x4-fresh-2026-11-28/fsdp/fsdp_runs.jsonl").read_text().splitlines():
+    for line in open_data(ROOT / "validation/data/h200x4-fresh-2026-11-28/fsdp/fsdp_runs.jsonl").read().splitlines():
         run = json.loads(line)
         ratios.append(run["memory"]["peak_reserved_bytes"] / run["memory"]["peak_allocated_bytes"])
     shipped = allocator_reserve()

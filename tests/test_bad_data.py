@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from ddpsim.cli.main import main
+from ddpsim.jsonfile import data_path, open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCE = os.path.join(ROOT, "validation", "data", "h100x2-2026-11-26")
@@ -25,7 +26,7 @@ LOOSE = ["--max-mape", "100", "--max-error", "100", "--max-allreduce-error", "10
 
 
 def _lines(path: str) -> list[str]:
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         return handle.read().splitlines()
 
 
@@ -42,7 +43,7 @@ def make_campaign(folder: str, profiles: bool = True) -> str:
         handle.write("\n".join(runs) + "\n")
     with open(os.path.join(folder, "netprobe.jsonl"), "w", encoding="utf-8") as handle:
         handle.write("\n".join(_lines(PROBES)[:2]) + "\n")
-    shutil.copy(os.path.join(SOURCE, "logs", "nvlink_w2_0.log"), os.path.join(folder, "logs"))
+    shutil.copy(str(data_path(os.path.join(SOURCE, "logs", "nvlink_w2_0.log"))), os.path.join(folder, "logs"))
     if profiles:
         os.makedirs(os.path.join(folder, "profiles"))
         shutil.copy(os.path.join(SOURCE, "profiles", "mlp-heavy.json"), os.path.join(folder, "profiles"))

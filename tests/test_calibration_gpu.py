@@ -18,6 +18,7 @@ from ddpsim.calibration.file import read_calibration
 from ddpsim.calibration.shipped import SHIPPED_DIR, shipped_names
 from ddpsim.cli import main
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import has_data, open_data
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "validation" / "data"
@@ -31,8 +32,8 @@ def _fingerprint_kinds(folder: Path) -> set[str]:
     kinds = set()
     for name in ("ddp_runs.jsonl", "allreduce.jsonl"):
         path = folder / name
-        if path.is_file():
-            for line in path.read_text().splitlines():
+        if has_data(path):
+            for line in open_data(path).read().splitlines():
                 fingerprint = json.loads(line).get("fingerprint") if line.strip() else None
                 if fingerprint:  # a failed launch's record may have none
                     kinds.add(NVIDIA[fingerprint["gpu_name"]])
@@ -95,7 +96,7 @@ def _probe_copy(tmp_path: Path, source: Path, one_size: bool = False) -> Path:
     """A probe folder: the campaign's sweeps only (optionally each record cut to its first size)."""
     probe = tmp_path / source.name
     probe.mkdir()
-    records = [json.loads(line) for line in (source / "allreduce.jsonl").read_text().splitlines() if line.strip()]
+    records = [json.loads(line) for line in open_data(str(source / "allreduce.jsonl")).read().splitlines() if line.strip()]
     if one_size:
         records = [dict(r, rows=r["rows"][:1]) for r in records]
     (probe / "allreduce.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
@@ -132,7 +133,7 @@ def test_calibrate_records_the_gpu_counts_and_link_classes(tmp_path, capsys):
     out = tmp_path / "links.json"
     assert main(["calibrate", str(folder), "--links-only", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
-    sweeps = [json.loads(line) for line in (folder / "allreduce.jsonl").read_text().splitlines() if line.strip()]
+    sweeps = [json.loads(line) for line in open_data(str(folder / "allreduce.jsonl")).read().splitlines() if line.strip()]
     assert written["measured_on"] == {"gpu": "H200", "gpu_counts": sorted({r["world_size"] for r in sweeps}),
                                       "link_classes": sorted({r["transport"] for r in sweeps})}
     # a scenario reads the file back and an H100 scenario refuses it

@@ -15,6 +15,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.fitting.calibrate import calibrate, load_measurements
 from ddpsim.fitting.measurements import Profiles
 from ddpsim.fitting.validate import cross_validate, validate
+from ddpsim.jsonfile import data_path, open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -26,9 +27,9 @@ def _campaign(tmp_path, name, keep, edit=None, folder="camp"):
     dst = tmp_path / folder
     dst.mkdir()
     shutil.copytree(os.path.join(src, "profiles"), dst / "profiles")
-    shutil.copy(os.path.join(src, "allreduce.jsonl"), dst / "allreduce.jsonl")
+    shutil.copy(str(data_path(os.path.join(src, "allreduce.jsonl"))), dst)
     lines = []
-    with open(os.path.join(src, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(src, "ddp_runs.jsonl")) as handle:
         for line in handle:
             run = json.loads(line)
             if keep(run):
@@ -62,7 +63,7 @@ def test_leave_one_model_out_never_sees_the_held_out_model(tmp_path):
             assert pred_b[(model, cap)] == predicted
     # the other model's fold did fit on the doubled runs, so some of its predictions moved
     assert any(pred_b[k] != pred_a[k] for k in pred_a if k[0] == "mlp-heavy")
-    with open(os.path.join(plain, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(plain, "ddp_runs.jsonl")) as handle:
         recorded = [json.loads(line)["model"] for line in handle]
     counts = {m: recorded.count(m) for m in models}
     for fold in a.folds:
@@ -80,7 +81,7 @@ def test_leave_one_host_out_drops_the_hosts_own_sweeps(tmp_path):
     # each fold fitted its links on the other host's sweeps only: as many as that host's file holds
     sweeps = {}
     for folder, path in (("hostA", one), ("hostB", two)):
-        with open(os.path.join(path, "allreduce.jsonl"), encoding="utf-8") as handle:
+        with open_data(os.path.join(path, "allreduce.jsonl")) as handle:
             sweeps[folder] = sum(1 for line in handle if line.strip() and json.loads(line).get("status", "ok") == "ok")
     other = {"hostA": "hostB", "hostB": "hostA"}
     assert all(f["training_sweeps"] == sweeps[other[f["held_out"]]] for f in v.folds)
@@ -101,7 +102,7 @@ def test_unknown_run_field_is_refused_with_its_name(tmp_path, capsys):
 
 def test_runs_not_predicted_are_counted_with_the_reason(tmp_path):
     src = os.path.join(DATA, "h100x2-2026-11-26", "ddp_runs.jsonl")
-    with open(src, encoding="utf-8") as handle:
+    with open_data(src) as handle:
         records = [json.loads(line) for line in handle]
     timing = sum(r.get("comm_hook") == "timing" for r in records)
     assert timing > 0
@@ -145,7 +146,7 @@ def test_runs_on_a_link_nobody_swept_are_left_out_with_the_reason(tmp_path):
                      lambda r: r["status"] == "ok" and r["model"] in ("resnet50", "gpt2-124m") and r["variant"] == "none")
     v = cross_validate([camp], "model", None)
     assert {r.transport for r in v.rows} == {"nvlink"}
-    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(camp, "ddp_runs.jsonl")) as handle:
         sockets = sum(json.loads(line)["transport"] == "socket" for line in handle)
     assert sockets > 0
     assert sum("no socket sweeps" in reason for _run, reason in v.skipped) == sockets
@@ -157,7 +158,7 @@ def test_profiles_slower_than_the_runs_compute_are_named():
     camp = os.path.join(DATA, "h100x4-options-2026-11-26")
     with open(os.path.join(camp, "profiles", "mlp-ln-64.json"), encoding="utf-8") as handle:
         profile_s = json.load(handle)["step_s"]
-    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(camp, "ddp_runs.jsonl")) as handle:
         nosync = sorted(r["nosync_step_s_median"] for r in map(json.loads, handle)
                         if r["model"] == "mlp-ln-64" and r.get("nosync_step_s_median"))
     assert profile_s > 1.1 * nosync[len(nosync) // 2]
@@ -173,7 +174,7 @@ def test_a_launch_whose_reference_moved_is_flagged():
     from ddpsim.fitting.validate import launch_drift
 
     camp = os.path.join(DATA, "h200x4-options-2026-11-26")
-    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(camp, "ddp_runs.jsonl")) as handle:
         reference = next(r for r in map(json.loads, handle) if r.get("is_reference") and r["transport"] == "socket")
     by_position = {r["position"]: r["step_s_median"] for r in reference["rounds"] if r["position"].startswith("reference")}
     expected = (by_position["reference_end"] / by_position["reference_start"] - 1) * 100
@@ -190,7 +191,7 @@ def test_launch_levels_from_the_reference_configuration():
     from ddpsim.fitting.validate import RunRow, launch_levels, normalised_by_reference
 
     camp = os.path.join(DATA, "h200x4-multinode-2026-11-26")
-    with open(os.path.join(camp, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(camp, "ddp_runs.jsonl")) as handle:
         refs = {r["launch_id"]: r["step_s_median"] for r in map(json.loads, handle)
                 if r.get("is_reference") and r["launch_id"].startswith("nvlink_2x2")}
     assert set(refs) == {"nvlink_2x2_0", "nvlink_2x2_1"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ddpsim import simulate
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.simulation import prepare
 
@@ -39,7 +40,7 @@ def test_the_default_is_the_committed_measurement():
 
     path = os.path.join(os.path.dirname(__file__), "..", "validation", "data", "h200x4-options-2026-11-26",
                         "microbench.jsonl")
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         records = [json.loads(line) for line in handle if line.strip()]
     hook = [r for r in records if r.get("bench") == "allreduce_launch_cpu" and r.get("path") == "ddp_comm_hook"]
     measured_s = hook[0]["call_and_future_then_cpu_us"]["median"] * 1e-6

@@ -14,6 +14,7 @@ import pytest
 from ddpsim.fitting.calibrate import calibrate, load_measurements
 from ddpsim.fitting.measurements import AllReduceSample
 from ddpsim.fitting.overheads import measure_stretch
+from ddpsim.jsonfile import data_path, open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -40,8 +41,8 @@ def test_calibration_can_take_the_measured_stretch_unfitted(tmp_path):
     camp = tmp_path / "camp"
     camp.mkdir()
     shutil.copytree(os.path.join(src, "profiles"), camp / "profiles")
-    shutil.copy(os.path.join(src, "allreduce.jsonl"), camp / "allreduce.jsonl")
-    with open(os.path.join(src, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    shutil.copy(str(data_path(os.path.join(src, "allreduce.jsonl"))), camp)
+    with open_data(os.path.join(src, "ddp_runs.jsonl")) as handle:
         keep = [line for line in handle if json.loads(line)["transport"] == "nvlink" and json.loads(line)["model"] == "resnet50"]
     (camp / "ddp_runs.jsonl").write_text("".join(keep))
     measured = load_measurements([str(camp)])
@@ -71,7 +72,7 @@ def test_compute_slowdown_beside_nccl_is_reported_from_the_micro_benchmark():
     from statistics import median
 
     camp = os.path.join(ROOT, "validation", "data", "h200x4-options-2026-11-26")
-    with open(os.path.join(camp, "microbench.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(camp, "microbench.jsonl")) as handle:
         ratios = [r["kernel_slowdown_ratio"] for r in map(json.loads, handle) if r.get("bench") == "allreduce_overlap"]
     assert len(ratios) == 6 and all(1.0 < x < 1.2 for x in ratios)
     measured = load_measurements([camp])

@@ -19,6 +19,7 @@ from ddpsim.collectives.nccl_tuning import NcclTuning
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.fit import fit_links
 from ddpsim.fitting.measurements import nccl_log_path, read_harness_allreduce, read_nccl_tuning
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
@@ -29,7 +30,7 @@ H100 = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-26")
 
 def _records(data: str) -> list[tuple[str, dict]]:
     path = os.path.join(data, "allreduce.jsonl")
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         return [(path, json.loads(line)) for line in handle if line.strip()]
 
 

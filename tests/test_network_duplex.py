@@ -18,6 +18,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.fitting.calibrate import load_measurements
 from ddpsim.fitting.fit import fit_links, ring_duplex_multiplier
 from ddpsim.fitting.netprobe import direction, duplex_factor, read_net_probes
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 from validation.closed_forms import model_closed_form_s
@@ -194,7 +195,7 @@ def test_a_malformed_probe_file_is_one_line_naming_file_and_field(tmp_path, caps
     folder = tmp_path / "campaign"
     folder.mkdir()
     for name in ("allreduce.jsonl",):
-        (folder / name).write_text(open(os.path.join(PROBED, name), encoding="utf-8").read())
+        (folder / name).write_text(open_data(os.path.join(PROBED, name)).read())
     record = {"schema": "ddpsim.netprobe/1", "status": "ok", "launch_id": "x", "flows": [[0]], "flow_GBps": 3.0}
     (folder / "netprobe.jsonl").write_text(json.dumps(record) + "\n")
     with pytest.raises(ScenarioError, match="flows"):
@@ -243,7 +244,7 @@ def test_calibrate_on_a_probed_campaign_writes_the_collectives_factor(tmp_path, 
 
     folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27c")
     rates: dict[str, dict[str, float]] = {}
-    with open(os.path.join(folder, "netprobe.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(folder, "netprobe.jsonl")) as handle:
         for line in handle:
             record = json.loads(line)
             if record["pattern"].startswith("collective_"):
@@ -327,7 +328,7 @@ def test_every_probe_round_is_reported_with_the_factor():
     calibration's source names their range."""
     folder = os.path.join(ROOT, "validation", "data", "h100x4-multinode-2026-11-27d")
     pairs: dict[tuple[str, int], dict[str, float]] = {}
-    with open(os.path.join(folder, "netprobe.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(folder, "netprobe.jsonl")) as handle:
         for line in handle:
             record = json.loads(line)
             if record.get("bench") == "net_collective":

@@ -11,6 +11,7 @@ import statistics
 import pytest
 
 from ddpsim.ddp import options
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.planning.advisor import judge
 from ddpsim.planning.option_errors import OPTION_ERRORS
@@ -130,7 +131,7 @@ def test_error_table_matches_the_campaigns_it_cites():
     # every row's measured ratio is its campaign's own step_s_median ratio, read here independently
     step = {}
     for campaign in {row["campaign"] for entry in OPTION_ERRORS.values() for row in entry["runs"]}:
-        for line in open(os.path.join(ROOT, "validation/data", campaign, "ddp_runs.jsonl")):
+        for line in open_data(os.path.join(ROOT, "validation/data", campaign, "ddp_runs.jsonl")):
             r = json.loads(line)
             if r.get("status") == "ok" and r["bucket_cap_mb"] == 25:
                 key = (campaign, r["launch_id"], r["model"], r["transport"], r["world_size"], r["variant"])

@@ -17,6 +17,7 @@ import pytest
 import ddpsim
 from ddpsim import schemas
 from ddpsim.cli import main
+from ddpsim.jsonfile import open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUICKSTART = os.path.join(ROOT, "scenarios", "quickstart.yaml")
@@ -173,7 +174,7 @@ def test_validate_and_calibrate_outputs_validate(tmp_path, capsys):
 
 def test_validate_fsdp_is_one_object(tmp_path, capsys):
     source = os.path.join(DATA, "h200x2-fsdp-2026-11-27", "fsdp_runs.jsonl")
-    with open(source) as handle:
+    with open_data(source) as handle:
         first = [line for line in handle if line.strip()][:2]
     (tmp_path / "fsdp_runs.jsonl").write_text("".join(first))
     data = _valid("validate-fsdp", _json_out(capsys, "validate-fsdp", str(tmp_path), "--json"))
@@ -187,7 +188,7 @@ def test_the_measure_document_of_a_campaign_validates():
     with open(os.path.join(folder, "plan.json")) as handle:
         plan = json.load(handle)
     data = _valid("measure", measure_document(folder, plan, 0, 1.0))
-    with open(os.path.join(folder, "ddp_runs.jsonl")) as handle:
+    with open_data(os.path.join(folder, "ddp_runs.jsonl")) as handle:
         runs = [json.loads(line) for line in handle if line.strip()]
     assert sum(data["ddp_runs"].values()) == len(runs)
 

@@ -19,6 +19,7 @@ from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.recentre import recentre
 from ddpsim.fitting.validate import in_calibration_subset
+from ddpsim.jsonfile import open_data
 from ddpsim.spread import Z90
 from validation.pool import (
     Allocation,
@@ -225,7 +226,7 @@ def _copy(tmp_path, name, folder, scale_runs=1.0, scale_sweeps=1.0, models=("res
     dst.mkdir()
     shutil.copytree(os.path.join(src, "profiles"), dst / "profiles")
     runs = []
-    with open(os.path.join(src, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(src, "ddp_runs.jsonl")) as handle:
         for line in handle:
             run = json.loads(line)
             if run["model"] in models and run["transport"] in transports and run["bucket_cap_mb"] in (5, 50) \
@@ -233,7 +234,7 @@ def _copy(tmp_path, name, folder, scale_runs=1.0, scale_sweeps=1.0, models=("res
                 runs.append(json.dumps({**run, "step_s_median": run["step_s_median"] * scale_runs}))
     (dst / "ddp_runs.jsonl").write_text("\n".join(runs) + "\n")
     sweeps = []
-    with open(os.path.join(src, "allreduce.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(src, "allreduce.jsonl")) as handle:
         for line in handle:
             record = json.loads(line)
             if record["transport"] in transports:

@@ -11,6 +11,7 @@ import shutil
 from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.fitting.calibrate import calibrate, load_measurements
 from ddpsim.fitting.gaps import calibration_gaps, overhead_gaps, sweep_gaps, transfer_gaps
+from ddpsim.jsonfile import open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MULTINODE = os.path.join(ROOT, "validation", "data", "h100x2-multinode-2026-11-26e")
@@ -24,7 +25,7 @@ def _campaign(tmp_path, sweeps=lambda r: True, rows=lambda row: row, runs=lambda
         shutil.copytree(os.path.join(MULTINODE, "logs"), dst / "logs")
     for name, keep, edit in (("allreduce.jsonl", sweeps, True), ("ddp_runs.jsonl", runs, False)):
         out = []
-        with open(os.path.join(MULTINODE, name), encoding="utf-8") as handle:
+        with open_data(os.path.join(MULTINODE, name)) as handle:
             for line in handle:
                 record = json.loads(line)
                 if keep(record):

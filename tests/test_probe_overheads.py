@@ -7,6 +7,7 @@ the file, and the scaled terms worked out by hand."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -16,7 +17,7 @@ from ddpsim.fitting.calibrate import load_measurements
 from ddpsim.fitting.probe_overheads import probe_runs, scaled_terms
 from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.fitting.validate import predict_run
-from ddpsim.jsonfile import read_json_object
+from ddpsim.jsonfile import data_path, open_data, read_json_object
 
 PROBE = "validation/data/h200x2-probe-2026-11-28"
 POOLED = "ddpsim/calibration/shipped/pooled-h200.json"
@@ -38,8 +39,13 @@ def test_the_level_scales_host_times_and_floors_the_slowdowns_at_one():
 def _probe_copy(tmp_path, scale_socket: float = 1.0, runs: bool = True) -> str:
     folder = tmp_path / "probe"
     shutil.copytree(PROBE, folder)
+    # the committed runs are compressed; the copy keeps the plain file only, edited or removed below
+    stored = data_path(str(folder / "ddp_runs.jsonl"))
+    text = open_data(str(folder / "ddp_runs.jsonl")).read()
+    if stored and stored.endswith(".gz"):
+        os.unlink(stored)
     lines = []
-    for line in (folder / "ddp_runs.jsonl").read_text().splitlines():
+    for line in text.splitlines():
         run = json.loads(line)
         if run.get("transport") == "socket" and run.get("status") == "ok" and run.get("nodes", 1) == 1:
             for key in ("step_s_median", "step_s_p10", "step_s_p90"):
@@ -48,8 +54,6 @@ def _probe_copy(tmp_path, scale_socket: float = 1.0, runs: bool = True) -> str:
         lines.append(json.dumps(run))
     if runs:
         (folder / "ddp_runs.jsonl").write_text("\n".join(lines) + "\n")
-    else:
-        (folder / "ddp_runs.jsonl").unlink()
     return str(folder)
 
 
@@ -65,7 +69,7 @@ def test_the_probes_socket_step_is_predicted_as_measured_after_recentring(tmp_pa
     folder = _probe_copy(tmp_path, scale_socket=scale)
     out, _notes = probe_calibration(base, [folder])
     measured, run = _socket_run(folder)
-    with open(f"{PROBE}/ddp_runs.jsonl") as f:
+    with open_data(f"{PROBE}/ddp_runs.jsonl") as f:
         expected_s = scale * next(r["step_s_median"] for r in map(json.loads, f)
                                   if r.get("transport") == "socket" and r.get("status") == "ok")
     predicted = predict_run(measured, run, calibration_from_dict(out, "<probed>")).predicted_s

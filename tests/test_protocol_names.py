@@ -13,6 +13,7 @@ from ddpsim.collectives.curves import ProtocolFit
 from ddpsim.fitting.curvefit import fit_protocols
 from ddpsim.fitting.fit import _named_by_nccl_log, fit_links
 from ddpsim.fitting.measurements import AllReduceSample, read_harness_allreduce
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 
@@ -44,7 +45,7 @@ def test_nccl_log_names_the_curves():
 
 
 def test_network_fit_keeps_the_protocols_nccl_ran():
-    with open(MULTINODE, encoding="utf-8") as handle:
+    with open_data(MULTINODE) as handle:
         records = [json.loads(line) for line in handle]
     ran = {row["nccl_proto"].lower() for r in records if r["nodes"] > 1 for row in r["rows"] if row.get("nccl_proto")}
     assert "ll128" not in ran  # NCCL never enabled LL128 across the sockets network

@@ -19,6 +19,7 @@ import simpy
 from ddpsim.collectives import CollectiveModel
 from ddpsim.collectives.protocols import ProtocolTable
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import open_data
 from ddpsim.loader import load_scenario, scenario_from_dict
 from ddpsim.sharded.collectives import Price, half_ring_price
 from ddpsim.sharded.memory import Precision, memory_by_strategy, recommend_strategy, resolve_precision
@@ -266,7 +267,7 @@ def test_the_fsdp_host_terms_are_what_the_first_launch_measured():
     from validation.evidence.stages.fsdp import DATA, host_terms_us
 
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    runs = [json.loads(line) for line in open(os.path.join(root, DATA, "fsdp_runs.jsonl"))]
+    runs = [json.loads(line) for line in open_data(os.path.join(root, DATA, "fsdp_runs.jsonl"))]
     forward_us, regather_us = host_terms_us(runs)
     assert round(forward_us, -1) == pytest.approx(1e6 * ParallelSpec().forward_host_per_tensor_s)
     assert round(regather_us, -1) == pytest.approx(1e6 * ParallelSpec().regather_host_per_tensor_s)

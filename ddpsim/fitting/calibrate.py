@@ -28,6 +28,7 @@ from ddpsim.fitting.measurements import (
 from ddpsim.fitting.netprobe import read_net_probes
 from ddpsim.fitting.overheads import IDLE_WAIT_TERMS, fit_overheads, fit_overheads_pruned, measure_stretch
 from ddpsim.hardware.catalog import get_gpu
+from ddpsim.jsonfile import open_data
 from ddpsim.scenario.link_kinds import INTER_NODE_LINK_CLASS
 from ddpsim.scenario.schema import DDPSpec
 
@@ -86,7 +87,7 @@ def gpu_of_folder(folder: str) -> str | None:
     files = find_data_files(folder)
     kinds: set[str] = set()
     for path in files["ddp_runs"] + files["allreduce"]:
-        with open(path, encoding="utf-8") as handle:
+        with open_data(path) as handle:
             for line in handle:
                 try:
                     record = json.loads(line) if line.strip() else {}

@@ -5,6 +5,7 @@ Every reader returns plain records and raises ScenarioError naming the file and 
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -16,7 +17,7 @@ from typing import Any
 from ddpsim.collectives.nccl_tuning import TUNED_ALGORITHMS, NcclTuning
 from ddpsim.collectives.protocols import PROTOCOL_NAMES
 from ddpsim.errors import ScenarioError
-from ddpsim.jsonfile import BadJSONValue, strict_loads
+from ddpsim.jsonfile import BadJSONValue, data_name, has_data, open_data, strict_loads
 from ddpsim.scenario.link_kinds import LINK_CLASSES
 
 # the harness names a run's intra-node transport by its calibration link class
@@ -61,12 +62,13 @@ def launch_key(record: dict[str, Any] | AllReduceSample) -> str:
 
 
 def open_text(path: str) -> str:
+    """The text of a measured file, read through gzip where only its compressed copy is committed."""
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_data(path) as handle:
             return handle.read()
     except FileNotFoundError:
         raise ScenarioError("measurement file not found", file=path) from None
-    except UnicodeDecodeError:
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile):
         raise ScenarioError("not a text file", file=path) from None
 
 
@@ -188,7 +190,7 @@ def nccl_log_path(allreduce_path: str, record: dict[str, Any]) -> str | None:
     for stem in stems:
         for name in (f"{stem}.trimmed.txt", f"{stem}.log"):
             candidate = os.path.join(logs, name)
-            if os.path.isfile(candidate):
+            if has_data(candidate):
                 return candidate
     return None
 
@@ -390,7 +392,7 @@ def find_data_files(data_dir: str) -> dict[str, list[str]]:
         raise ScenarioError("measurement folder not found", file=data_dir)
     found: dict[str, list[str]] = {"allreduce": [], "ddp_runs": [], "profiles": [], "microbench": [], "netprobe": []}
     for root, _dirs, files in sorted(os.walk(data_dir)):
-        for name in sorted(files):
+        for name in sorted({data_name(name) for name in files}):
             path = os.path.join(root, name)
             if name == "allreduce.jsonl":
                 found["allreduce"].append(path)

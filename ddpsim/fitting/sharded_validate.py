@@ -18,7 +18,7 @@ from ddpsim.errors import ScenarioError
 from ddpsim.fitting.measured_scenarios import catalog_gpu, nvls_of_run
 from ddpsim.fitting.measurements import read_jsonl
 from ddpsim.fitting.validate import measured_peak_bytes
-from ddpsim.jsonfile import read_json_object
+from ddpsim.jsonfile import has_data, read_json_object
 from ddpsim.loader import scenario_from_dict
 from ddpsim.scenario.link_kinds import intra_type_of_class
 from ddpsim.scenario.schema import Scenario
@@ -60,7 +60,7 @@ class FsdpComparison:
 def read_fsdp_runs(path: str) -> list[dict[str, Any]]:
     """The successful runs of a ``fsdp_runs.jsonl`` (or of the one in a folder), each tagged with its line."""
     file = os.path.join(path, FILE_NAME) if os.path.isdir(path) else path
-    if not os.path.exists(file):
+    if not has_data(file):
         raise ScenarioError("file not found (expected the harness's fsdp_runs.jsonl)", file=file)
     runs = []
     for line, record in enumerate(read_jsonl(file), start=1):

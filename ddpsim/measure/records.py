@@ -2,6 +2,7 @@
 read them without importing torch)."""
 from __future__ import annotations
 
+import gzip
 import json
 import os
 
@@ -25,10 +26,13 @@ def write_json(path: str, obj: dict) -> None:
 
 
 def read_jsonl(path: str) -> list[dict]:
+    """The records of a JSONL file, or of its gzip copy ``path.gz`` (how committed campaigns are stored)."""
     out: list[dict] = []
     if not os.path.exists(path):
-        return out
-    with open(path) as f:
+        if not os.path.exists(path + ".gz"):
+            return out
+        path += ".gz"
+    with (gzip.open(path, "rt") if path.endswith(".gz") else open(path)) as f:
         for line in f:
             line = line.strip()
             if not line:

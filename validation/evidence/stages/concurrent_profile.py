@@ -27,6 +27,7 @@ import tempfile
 
 from ddpsim.calibration.file import read_calibration  # noqa: E402
 from ddpsim.fitting.validate import RunRow, validate  # noqa: E402
+from ddpsim.jsonfile import data_path, open_data
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import across_gpus, printed
 
@@ -47,7 +48,7 @@ def _read(path: str) -> dict:
 def _runs_compute_s(campaign_dir: str) -> dict[str, float]:
     """Per model: median over its plain runs of the slower rank's no_sync step."""
     by_model: dict[str, list[float]] = {}
-    with open(os.path.join(campaign_dir, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(campaign_dir, "ddp_runs.jsonl")) as handle:
         for line in handle:
             run = json.loads(line)
             per_rank = (run.get("per_rank_s") or {}).get("nosync_step_s") or []
@@ -62,7 +63,9 @@ def _with_profiles(campaign_dir: str, profiles: str, into: str, paired: bool = T
     profile's own step as before allocation n."""
     os.makedirs(into)
     for name in RUN_FILES:
-        shutil.copy(os.path.join(campaign_dir, name), into)
+        source = data_path(os.path.join(campaign_dir, name))
+        assert source is not None, f"{campaign_dir} has no {name}"
+        shutil.copy(source, into)
     shutil.copytree(os.path.join(campaign_dir, profiles), os.path.join(into, "profiles"))
     if not paired:
         for name in os.listdir(os.path.join(into, "profiles")):

@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from ddpsim.jsonfile import open_data
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 
@@ -26,7 +27,7 @@ DATA = os.path.join(ROOT, "validation", "data", "h200x4-find-unused-traces-2026-
 
 
 def main() -> int:
-    with open(DATA, encoding="utf-8") as handle:
+    with open_data(DATA) as handle:
         runs = [json.loads(line) for line in handle]
     ok = {(r["launch_id"], r["model"], r["variant"]): r for r in runs if r.get("status") == "ok"}
     print(f"{'launch':12s} {'model':11s} {'effect':>7s}   {'traced backward ms':>20s}   "

@@ -26,15 +26,17 @@ import os
 import re
 from collections import Counter
 
+from ddpsim.jsonfile import glob_data, has_data, open_data
+
 DATA = "validation/data/h200x2-heldout-2026-11-28"
 LOG = f"{DATA}/logs/nccl_socket_2x1_0_r0.log"
 _CALL = re.compile(r"AllReduce: (\d+) Bytes -> Algo (\w+) proto (\w+) channel\{Lo\.\.Hi\}=\{(\d+)\.\.(\d+)\}")
 
 
 def _jsonl(path: str) -> list[dict]:
-    if not os.path.isfile(path):
+    if not has_data(path):
         return []
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -61,7 +63,7 @@ def instep_pl() -> str:
             lines.append(f"| {run['launch_id']} | {run['model']}, {run['bucket_cap_mb']:g} MB | {bucket['index']} | "
                          f"{bucket['bytes']} | {1e3 * took:.2f} | {1e3 * alone:.2f} | {took / alone:.2f} |")
     calls: Counter[tuple[str, str, str, int]] = Counter()
-    with open(LOG, encoding="utf-8", errors="replace") as handle:
+    with open_data(LOG, errors="replace") as handle:
         for line in handle:
             m = _CALL.search(line)
             if m and int(m.group(1)) > 1 << 20:  # the sizes DDP's buckets and the sweep's large rows have
@@ -76,7 +78,7 @@ def instep_pl() -> str:
 
 def _earlier_launches() -> list[str]:
     layouts: dict[tuple[str, float], list[int]] = {}
-    for path in sorted(glob.glob("validation/data/*/ddp_runs.jsonl")):
+    for path in glob_data("validation/data/*/ddp_runs.jsonl"):
         for run in _jsonl(path):
             if run.get("status") == "ok" and run.get("per_bucket"):
                 layouts.setdefault((str(run["model"]), float(run["bucket_cap_mb"])),
@@ -108,7 +110,7 @@ def _earlier_launches() -> list[str]:
 def _network_drift() -> list[str]:
     lines = ["", "The emulated network's rate while launches run (netprobe `collective_one_way`, GB/s per flow; with two "
              "rounds the first runs after the sweep, before the DDP runs, the second after them):", "", "| campaign | launch | rounds | max / min |", "|---|---|---|---|"]
-    for path in sorted(glob.glob("validation/data/*/netprobe.jsonl")):
+    for path in glob_data("validation/data/*/netprobe.jsonl"):
         rates: dict[str, list[float]] = {}
         for record in _jsonl(path):
             if record.get("status") == "ok" and record.get("pattern") == "collective_one_way":

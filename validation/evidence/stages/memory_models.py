@@ -38,8 +38,9 @@ def profiles(campaign: str = CAMPAIGN) -> list[dict[str, Any]]:
 
 
 def predict(record: dict[str, Any], campaign: str = CAMPAIGN) -> dict[str, Any]:
-    """One profile predicted: the factory imported with its batch, precision and optimizer."""
-    factories = os.path.join(campaign, "factories")
+    """One profile predicted: the factory imported with its batch, precision and optimizer (the factories are the
+    2026-11-28 campaign's, which later campaigns of the same models ran)."""
+    factories = os.path.join(campaign if os.path.isdir(os.path.join(campaign, "factories")) else CAMPAIGN, "factories")
     if factories not in sys.path:
         sys.path.insert(0, factories)
     memory = record["memory"]
@@ -57,9 +58,9 @@ def predict(record: dict[str, Any], campaign: str = CAMPAIGN) -> dict[str, Any]:
             "source": workload.activation_source}
 
 
-def render(rows: list[dict[str, Any]]) -> str:
+def render(rows: list[dict[str, Any]], campaign: str = "models-2026-11-28") -> str:
     lines = ["Peak memory of a world-size-1 step, predicted from torch:factory (PyTorch's MemTracker on the CPU, "
-             "ddpsim's memory model) against measured on one H200 (models-2026-11-28); no fit, every run held out.",
+             f"ddpsim's memory model) against measured on one H200 ({campaign}); no fit, every run held out.",
              "", "| model | batch | precision | optimizer | measured GB | predicted GB | error |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} | {r['batch_size']} | {r['precision']} | {r['optimizer']} | "
@@ -73,6 +74,16 @@ def render(rows: list[dict[str, Any]]) -> str:
 
 def run() -> str:
     return render([predict(r) for r in profiles()])
+
+
+ONE_PER_PROCESS = os.path.join(ROOT, "validation/data/remeasure-h200-2026-12-02")
+
+
+def one_per_process() -> str:
+    """The same 40 factory configurations measured again with one model per process (remeasure-h200-2026-12-02):
+    no earlier model's tensors in any peak."""
+    return render([predict(r, ONE_PER_PROCESS) for r in profiles(ONE_PER_PROCESS)],
+                  "remeasure-h200-2026-12-02, one model per process")
 
 
 if __name__ == "__main__":

@@ -39,6 +39,7 @@ from ddpsim.calibration.file import SCHEMA, calibration_from_dict
 from ddpsim.collectives import CollectiveModel
 from ddpsim.fitting.fit import fit_links
 from ddpsim.fitting.measurements import AllReduceSample, nccl_log_path, read_nccl_tuning
+from ddpsim.jsonfile import has_data, open_data
 from ddpsim.loader import scenario_from_dict
 from ddpsim.topology import build_topology
 from validation.evidence import ROOT  # noqa: E402
@@ -69,7 +70,7 @@ def _shape(record: dict[str, Any]) -> str:
 
 def _load(data: str) -> list[dict[str, Any]]:
     """The all-reduce sweeps of one campaign folder."""
-    with open(os.path.join(data, "allreduce.jsonl"), encoding="utf-8") as handle:
+    with open_data(os.path.join(data, "allreduce.jsonl")) as handle:
         return [json.loads(line) for line in handle if line.strip()]
 
 
@@ -246,7 +247,7 @@ def main(argv: list[str]) -> int:
         calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(one_node + fitted)}, "2x1")
         for other in OTHER_MACHINES:
             other_path = os.path.join(ROOT, "validation", "data", other)
-            if not os.path.isfile(os.path.join(other_path, "allreduce.jsonl")):
+            if not has_data(os.path.join(other_path, "allreduce.jsonl")):
                 continue
             print(f"fit 2x1 (Ring + Tree) here, predict the 2x1 sweeps of {other}")
             for record in _load(other_path):
@@ -260,12 +261,12 @@ def main(argv: list[str]) -> int:
     calibration = calibration_from_dict({"schema": SCHEMA, "link_classes": fit_links(every)}, "all shapes, forced Ring")
     others = [f"h100x4-multinode-2026-11-26{s}" for s in ("", "b", "d")] + list(OTHER_MACHINES)
     for campaign in (data, *(os.path.join(ROOT, "validation", "data", name) for name in others)):
-        if os.path.isfile(os.path.join(campaign, "allreduce.jsonl")):
+        if has_data(os.path.join(campaign, "allreduce.jsonl")):
             print(f"\nauto = NCCL's logged choice, default sweeps of {os.path.relpath(campaign, ROOT)} "
                   f"(calibration: forced-Ring sweeps of every shape of {os.path.basename(data)}):")
             print("\n".join(_agreement(calibration, campaign)))
     folders = sorted({os.path.abspath(data), *glob.glob(os.path.join(ROOT, "validation", "data", "*multinode*"))})
-    sweeps = [(os.path.basename(f), r) for f in folders if os.path.isfile(os.path.join(f, "allreduce.jsonl"))
+    sweeps = [(os.path.basename(f), r) for f in folders if has_data(os.path.join(f, "allreduce.jsonl"))
               for r in _load(f)]
     print("\nmeasured spread of the same sweep (larger / smaller - 1 per size, two sweeps of one shape and "
           "algorithm;\nmean and max over pairs and sizes; the folder names the allocation):")

@@ -26,6 +26,7 @@ from ddpsim.fitting.calibrate import load_measurements  # noqa: E402
 from ddpsim.fitting.fit import fit_links  # noqa: E402
 from ddpsim.fitting.netprobe import duplex_factor, read_net_probes  # noqa: E402
 from ddpsim.fitting.validate import validate  # noqa: E402
+from ddpsim.jsonfile import has_data
 from validation.evidence import ROOT  # noqa: E402
 from validation.evidence.stages import printed
 from validation.evidence.stages.multinode_allreduce import MIB, _load, _model, _relative_pct, _samples, _shape  # noqa: E402
@@ -76,7 +77,7 @@ def main() -> int:
     for campaign in CAMPAIGNS:
         data = os.path.join(ROOT, "validation", "data", campaign)
         path = os.path.join(data, "allreduce.jsonl")
-        if not os.path.isfile(path):
+        if not has_data(path):
             continue
         records = [r for r in _load(data) if r.get("status") == "ok"]
         shapes = {_shape(r) for r in records if r["nodes"] > 1}

@@ -38,6 +38,7 @@ from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.fitting.calibrate import calibrate, keep_comm_terms_for_fitted_models, load_measurements
 from ddpsim.fitting.measured_scenarios import run_class
 from ddpsim.fitting.validate import predict_run
+from ddpsim.jsonfile import data_name, open_data
 from validation.evidence.stages import across_gpus, printed
 
 
@@ -157,8 +158,8 @@ def measured_contention(data_dir: str) -> None:
 def _overlap_rows(data_dir: str) -> list[dict[str, Any]]:
     rows = []
     for root, _dirs, files in sorted(os.walk(data_dir)):
-        if "overlap.jsonl" in files:
-            with open(os.path.join(root, "overlap.jsonl")) as f:
+        if "overlap.jsonl" in {data_name(name) for name in files}:
+            with open_data(os.path.join(root, "overlap.jsonl")) as f:
                 rows += [json.loads(line) for line in f if line.strip()]
     return [r for r in rows if r.get("status") == "ok"]
 

@@ -31,7 +31,7 @@ from ddpsim.calibration.file import calibration_from_dict
 from ddpsim.fitting.calibrate import is_plain, load_measurements, timing_instrumented
 from ddpsim.fitting.recentre import probe_calibration
 from ddpsim.fitting.validate import predict_run
-from ddpsim.jsonfile import read_json_object
+from ddpsim.jsonfile import open_data, read_json_object
 from validation.evidence.stages.probe_level import BASE, line
 
 ALLOCATIONS = {
@@ -56,7 +56,7 @@ def _probe_copy(folder: str, keep: Callable[[dict[str, Any]], bool], into: str) 
     target = os.path.join(into, os.path.basename(folder))
     shutil.copytree(folder, target, ignore=shutil.ignore_patterns("logs", "traces"))
     path = os.path.join(target, "ddp_runs.jsonl")
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         runs = [json.loads(text) for text in handle if text.strip()]
     with open(path, "w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(run) + "\n" for run in runs if _plain(run) and keep(run))
@@ -90,7 +90,7 @@ def probe_level_retro() -> str:
     table: dict[tuple[str, str, str], list[Row]] = {}
     per_allocation: dict[tuple[str, str, str], list[Row]] = {}
     for name, folder in ALLOCATIONS.items():
-        with open(os.path.join(folder, "ddp_runs.jsonl"), encoding="utf-8") as handle:
+        with open_data(os.path.join(folder, "ddp_runs.jsonl")) as handle:
             models = sorted({str(r["model"]) for r in map(json.loads, filter(str.strip, handle)) if _plain(r)})
         splits: list[tuple[str, Callable[[dict[str, Any]], bool], Callable[[dict[str, Any]], bool]]] = [
             ("other caps", lambda r: float(r["bucket_cap_mb"]) == PROBE_CAP_MB,
