@@ -73,3 +73,28 @@ def test_the_wait_slows_backward_only_for_a_bucket_launched_during_it():
 
 def test_without_a_compute_slowdown_a_hidden_wait_costs_nothing():
     assert _step_end(0.3, 0.0).step_end_s == pytest.approx(1.0 + 3.0 + 0.1 + 0.5)
+
+
+def test_a_bucket_queued_behind_another_all_reduce_waits_once_eligible():
+    # three buckets: 0 and 1 ready together after the first segment (1 queues behind 0), 2 at backward's end
+    buckets = [_bucket(0, [2]), _bucket(1, [1]), _bucket(2, [0])]
+    costs = StepCosts(
+        forward_s=1.0, backward_segments=((1.0, (2, 1)), (2.0, (0,))), optimizer_s=0.5,
+        copy_in_s_per_param=(0.0, 0.0, 0.0), copy_out_s=0.0, bucket_launch_s=0.0,
+        hook_cast_in_s=(0.0,) * 3, hook_cast_out_s=(0.0,) * 3, arrival_wait_s=0.3, compute_slowdown=0.0)
+    env = simpy.Environment()
+
+    def runner(env_, bucket):
+        yield env_.timeout(0.1)
+
+    rendezvous = Rendezvous(env, 2, runner)
+    traces = [RankTrace(), RankTrace()]
+    for trace in traces:
+        env.process(rank_step(env, 0, costs, buckets, {2: 0, 1: 1, 0: 2}, rendezvous, trace))
+    env.run()
+    trace = traces[0]
+    # bucket 0 waits 0.3 s, runs 0.1 s; bucket 1, eligible when 0 ends with backward still running, waits
+    # 0.3 s for its SMs too; bucket 2, launched after backward's last kernel, does not
+    assert trace.bucket_start_s[0] == pytest.approx(2.3)
+    assert trace.bucket_start_s[1] == pytest.approx(2.7)
+    assert trace.bucket_start_s[2] == pytest.approx(4.0)

@@ -38,3 +38,18 @@ def test_resnet50_cap1_cost_within_a_factor_two_of_the_benchmark(gpus):
     at1 = stage._simulate("resnet50", 32, "fp32", cluster, 1, broadcast_buffers=False).step_time_s
     at25 = stage._simulate("resnet50", 32, "fp32", cluster, 25, broadcast_buffers=False).step_time_s
     assert 0.5 <= (at1 - at25) / published_s <= 2.0
+
+
+@pytest.mark.parametrize("name, params", [
+    # torchvision's model documentation (num_params of each weights' meta): the same structure, so the
+    # same buckets as the benchmark's models
+    ("resnet101", 44_549_160), ("resnext50_32x4d", 25_028_904), ("resnext101_32x8d", 88_791_336)])
+def test_factories_build_torchvisions_models(name, params):
+    torch = pytest.importorskip("torch")
+    from validation.evidence.stages import scaling_models
+
+    with torch.device("meta"):
+        model, make_batch, loss_fn = getattr(scaling_models, name)()
+    assert sum(p.numel() for p in model.parameters()) == params
+    assert loss_fn is None and callable(make_batch)
+    assert stage.MODELS[name].endswith(f"scaling_models:{name}")

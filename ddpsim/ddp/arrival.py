@@ -19,7 +19,11 @@ average and a rank's own wait is K / 2, so a rank's NCCL kernel holds its SMs, b
 on average: 0 at n = 1, K/6 at 2, 3K/10 at 4, 7K/18 at 8, 15K/34 at 16, K/2 as n grows. While it holds
 them the compute stream runs slower (``overheads.compute_slowdown``, the existing in-flight term), which
 is how the cost reaches the step. A bucket launched after backward's last kernel waits for no compute
-kernel and pays nothing here.
+kernel and pays nothing here. One queued behind the previous bucket's all-reduce on DDP's one NCCL stream
+becomes eligible when that kernel ends, while the compute kernel's remaining CTAs wait for the SMs it frees:
+it waits the same way (tried the other way, a wait on an idle stream only: the uncalibrated held-out
+campaigns A to D gave 6.5 / 9.0 / 7.2 / 5.8% mean error against 6.4 / 8.7 / 7.1 / 5.8% for this one; the
+choice rests on the scheduler argument, both are in the report of the change).
 
 ``K`` is the mean backward kernel: the backward's time over its kernels, counted as the compute model
 counts them (``ddpsim.hardware.compute``: two backward kernels per forward kernel of each layer, input and

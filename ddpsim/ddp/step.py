@@ -213,7 +213,9 @@ def rank_step(
             else:
                 comm.start()
                 if costs.arrival_wait_s > 0 and bucket.index in launched_in_backward:
-                    # resident and spinning until the last rank's NCCL kernel got its SMs (ddpsim.ddp.arrival)
+                    # resident and spinning until the last rank's NCCL kernel got its SMs (ddpsim.ddp.arrival);
+                    # one queued behind the previous all-reduce too: the compute kernel's waiting CTAs take the
+                    # SMs that kernel leaves
                     yield env.timeout(costs.arrival_wait_s)
                 done = rendezvous.join(step, bucket)
                 yield done

@@ -23,7 +23,8 @@ times are shown but the targets are on ratios (scaling, slow-down) and on the sl
 
 Targets (issue #42): 8-GPU scaling within 5% of published; the cap-1 vs cap-25 slow-down within 2x.
 
-Run: ``python -m validation.evidence.stages.published_scaling`` (about a minute on one core).
+Run: ``python -m validation.evidence.stages.published_scaling`` (several minutes: the torch importer traces three
+torchvision models on the meta device; each once).
 """
 
 from __future__ import annotations
@@ -41,26 +42,13 @@ BENCHMARK_CSV = os.path.join(ROOT, "..", "shared", "external", "pytorch_ddp_benc
 SCALING_TARGET = 0.05
 SLOWDOWN_FACTOR_TARGET = 2.0
 WORLD_SIZES = (1, 2, 4, 8, 16)
-# the benchmark's models ddpsim can build here: the zoo's ResNet-50 and the harness's ResNet class at
-# (3, 4, 23, 3) for ResNet-101 (torchvision's structure); no grouped-convolution ResNeXt factory exists
-MODELS = {"resnet50": "resnet50", "resnet101": "torch:validation.evidence.stages.published_scaling:resnet101"}
-NOT_SIMULATED = {"resnext50_32x4d": "no ResNeXt (grouped convolution) factory in ddpsim or its harness",
-                 "resnext101_32x8d": "no ResNeXt (grouped convolution) factory in ddpsim or its harness"}
+# the benchmark's models: the zoo's ResNet-50, the others as torchvision builds them (scaling_models.py)
+_FACTORIES = "torch:validation.evidence.stages.scaling_models:"
+MODELS = {"resnet50": "resnet50", "resnet101": _FACTORIES + "resnet101",
+          "resnext50_32x4d": _FACTORIES + "resnext50_32x4d", "resnext101_32x8d": _FACTORIES + "resnext101_32x8d"}
 
 _DLE = ("NVIDIA DeepLearningExamples PyTorch/Classification/ConvNets/resnet50v1.5/README.md, Training performance "
         "results (pytorch-21.03); batch per GPU from ConvNets/configs.yml")
-
-
-def resnet101(batch_size: int = 32, **_: Any) -> Any:
-    """torchvision's ResNet-101 structure (the harness's ResNet at (3, 4, 23, 3)), the factory convention."""
-    import torch
-
-    from ddpsim.measure.models import ResNet
-
-    def make_batch(batch: int, device: Any, seed: int = 0) -> Any:
-        return torch.randn(batch, 3, 224, 224, device=device), torch.zeros(batch, dtype=torch.long, device=device)
-
-    return ResNet((3, 4, 23, 3)), make_batch, None
 
 
 @dataclass(frozen=True)
@@ -118,8 +106,8 @@ def dgx1_cluster(gpus: int) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _workloads_resolved_once() -> Iterator[None]:
-    """Each workload resolved once for the whole stage: the torch importer traces ResNet-101 on the meta device
-    (most of a minute on a shared core), and every scenario of a model here has the same workload."""
+    """Each workload resolved once for the whole stage: the torch importer traces each torchvision model on the
+    meta device (most of a minute on a shared core), and every scenario of a model here has the same workload."""
     import ddpsim.simulation as simulation
 
     original = simulation.load_workload
@@ -274,8 +262,6 @@ def _report() -> int:
           "which halves its percentages; the milliseconds are the per-bucket costs themselves)")
     print("1 GPU: the benchmark's DDP ran with one rank (PyTorch 1.4: reducer, copies and NCCL calls, +3% over no DDP "
           "and +0.3 to +1.2% more at cap 1); ddpsim simulates world size 1 as training without DDP")
-    for model, why in NOT_SIMULATED.items():
-        print(f"not simulated: {model} ({why})")
     return 0
 
 
