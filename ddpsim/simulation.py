@@ -23,6 +23,7 @@ from ddpsim.collectives import CollectiveModel
 from ddpsim.collectives.folded import FoldedCollectiveModel, FoldedTopology, fold_problem
 from ddpsim.collectives.nvls import NvlsSpec, nvls_of
 from ddpsim.collectives.protocols import ProtocolTable
+from ddpsim.ddp.arrival import expected_arrival_wait_s, mean_backward_kernel_s
 from ddpsim.ddp.buckets import Bucket, bucket_layout
 from ddpsim.ddp.fold import draw_factors, mode_reason, plan_ranks
 from ddpsim.ddp.hooks import COMPRESS_HOOK_EXTRA_S, compress_hook_extra_s
@@ -368,6 +369,11 @@ def _base_costs(prep: Prepared, allreduce_time_s: Any) -> StepCosts:
         compute_slowdown=overheads.compute_slowdown - 1.0 if communicating else 0.0,
         max_inflight_buckets=overheads.max_inflight_buckets,
         idle_start_wait_s=overheads.idle_start_wait_s if communicating else 0.0,
+        # a calibration's fitted terms were fitted without the wait and hold what it cost on their machine
+        arrival_wait_s=expected_arrival_wait_s(
+            mean_backward_kernel_s(prep.compute.backward_s, 2 * sum(layer.kernels for layer in workload.layers),
+                                   workload.autograd_nodes, len(workload.params)), world)
+        if communicating and scenario.calibration is None else 0.0,
         bucket_cpu_s=overheads.bucket_cpu_s if communicating else 0.0,
         # a registered comm hook is called from Python for every bucket, on the thread running
         # backward: the harness's micro-benchmark measures that path directly (hook_cpu_s); a compress

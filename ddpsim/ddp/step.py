@@ -49,6 +49,9 @@ class StepCosts:
     # an all-reduce launched onto an idle NCCL stream waits this long for the other ranks to arrive;
     # one queued behind the previous bucket's all-reduce does not (the other ranks have caught up meanwhile)
     idle_start_wait_s: float = 0.0
+    # a bucket launched during backward: its NCCL kernel holds SMs this long, waiting for the last rank's kernel
+    # to get its SMs from the running compute kernel (ddpsim.ddp.arrival derives it); compute runs slowed meanwhile
+    arrival_wait_s: float = 0.0
     compute_slowdown: float = 0.0
     max_inflight_buckets: int | None = None
 
@@ -178,6 +181,8 @@ def rank_step(
 ) -> Generator[Any, Any, None]:
     """One DDP step of one rank (the last micro-step when accumulating gradients)."""
     comm = Activity(env)
+    # buckets launched while backward kernels remain to run: their NCCL kernels wait for SMs (ddpsim.ddp.arrival)
+    launched_in_backward: set[int] = set()
     launched: simpy.Store = simpy.Store(env)
     completions: dict[int, simpy.Event] = {b.index: env.event() for b in buckets}
     trace.step_start_s = env.now
@@ -206,8 +211,13 @@ def rank_step(
                 trace.bucket_start_s[bucket.index] = env.now
                 trace.bucket_end_s[bucket.index] = env.now
             else:
-                done = rendezvous.join(step, bucket)
                 comm.start()
+                if costs.arrival_wait_s > 0 and bucket.index in launched_in_backward:
+                    # resident and spinning until the last rank's NCCL kernel got its SMs (ddpsim.ddp.arrival);
+                    # one queued behind the previous all-reduce too: the compute kernel's waiting CTAs take the
+                    # SMs that kernel leaves
+                    yield env.timeout(costs.arrival_wait_s)
+                done = rendezvous.join(step, bucket)
                 yield done
                 trace.bucket_start_s[bucket.index] = rendezvous.start_s[(step, bucket.index)]
                 comm.stop()
@@ -226,7 +236,8 @@ def rank_step(
     pending = {b.index: len(b.param_indices) for b in buckets}
     next_launch = 0
     lead_left_s = costs.backward_host_lead_s
-    for duration_s, ready_params in costs.backward_segments:
+    last_segment = len(costs.backward_segments) - 1
+    for segment, (duration_s, ready_params) in enumerate(costs.backward_segments):
         yield from compute(duration_s, "backward")
         for param in ready_params:
             yield from compute(costs.param_hook_s, "ddp-used-map")
@@ -243,6 +254,8 @@ def rank_step(
                 # the launch path blocks until an earlier all-reduce has finished (seen on slow transports)
                 yield completions[next_launch - costs.max_inflight_buckets]
             trace.bucket_launch_s[bucket.index] = env.now
+            if segment < last_segment:
+                launched_in_backward.add(bucket.index)
             launched.put(bucket)
             next_launch += 1
             yield from compute(costs.bucket_cpu_s, "bucket-launch")
