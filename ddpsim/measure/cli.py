@@ -152,8 +152,10 @@ def summary_lines(out: str, models: list[str], dry_run: bool = False) -> list[st
         if mine:
             lines.append(f"  all-reduce sweeps over {c}: {sum(r.get('status', 'ok') != 'failed' for r in mine)}/"
                          f"{len(mine)} ok")
-    for r in failures[-5:]:
-        lines.append(f"  profile of {r.get('model')} {r.get('status')}: {str(r.get('error') or '').strip()[-300:]}")
+    for r in failures[-5:]:  # the error's last line (the exception), whole; the traceback is in the record
+        last_line = (str(r.get("error") or "").strip().splitlines() or [""])[-1]
+        lines.append(f"  profile of {r.get('model')} {r.get('status')}: {last_line[:300]} "
+                     f"(traceback: {os.path.join(out, 'profile_failures.jsonl')})")
     bad = [r for r in runs if r.get("status") == "failed"]
     if bad:
         last = str(bad[-1].get("error") or "").strip().splitlines()[-1:] or [""]

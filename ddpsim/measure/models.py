@@ -274,8 +274,9 @@ class _Factory:
         mod_name, _, fn_name = target.partition(":")
         try:
             module = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import ({e})") from e
+        except Exception as e:  # any error in the user's module (SyntaxError, a raise at import) is theirs
+            raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import "
+                                f"({type(e).__name__}: {e})") from e
         self.target = target
         factory = getattr(module, fn_name, None)
         if not callable(factory):
