@@ -158,11 +158,13 @@ def check_gpu(calibration: Calibration, gpus: Sequence[str], what: str, option: 
         return (f"calibration {calibration.source} does not record the GPU it was measured on (no measured_on): "
                 f"its link rates and overheads are applied to {kinds} unchecked")
     others = sorted({g for g in gpus if get_gpu(g).name != measured_on.gpu})
+    probed = (f"; re-centred on a probe of {', '.join(calibration.probed_other_gpu)} (--allow-other-gpu when it "
+              "was made): its link rates are that kind's") if calibration.probed_other_gpu else ""
     if not others:
-        return None
+        return f"calibration {calibration.source} measured on {measured_on.gpu}{probed}" if probed else None
     if calibration.other_gpu_allowed:
         return (f"calibration {calibration.source} measured on {measured_on.gpu}, used for {', '.join(others)} "
-                "(--allow-other-gpu): its link rates and overheads are the other kind's")
+                f"(--allow-other-gpu): its link rates and overheads are the other kind's{probed}")
     shipped = shipped_for_gpu(others[0])
     instead = (f"{option}{shipped}, or " if shipped else "") + "a calibration of your own (ddpsim calibrate DIR)"
     raise ScenarioError(f"was measured on {measured_on.gpu} and {what} is {', '.join(others)}: use {instead}, "

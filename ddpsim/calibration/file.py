@@ -126,6 +126,9 @@ class Calibration:
     measured_on: MeasuredOn | None = None
     # the user allowed this calibration on another GPU kind (--allow-other-gpu); the run says so in a from: row
     other_gpu_allowed: bool = False
+    # the GPU kinds of a probe of another kind it was re-centred on (calibrate --recentre --allow-other-gpu,
+    # ``probed_from.other_gpu``): its link rates are theirs, whatever measured_on says
+    probed_other_gpu: tuple[str, ...] = ()
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -274,7 +277,19 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
             ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")).items()},
         collectives=data.get("collectives") or {},
         measured_on=_measured_on(data.get("measured_on"), source),
+        probed_other_gpu=_probed_other_gpu(data.get("probed_from"), source),
     )
+
+
+def _probed_other_gpu(data: Any, source: str) -> tuple[str, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="probed_from")
+    kinds = data.get("other_gpu") or []
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and k for k in kinds):
+        raise ScenarioError(f"expected a list of GPU kinds, got {kinds!r}", file=source, field="probed_from.other_gpu")
+    return tuple(kinds)
 
 
 def _measured_on(data: Any, source: str) -> MeasuredOn | None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ddpsim.calibration.file import Calibration
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.device import DRY_RUN
 from ddpsim.fitting.measured_scenarios import catalog_gpu, nvls_of_run
 from ddpsim.fitting.measurements import read_jsonl
 from ddpsim.fitting.validate import measured_peak_bytes
@@ -107,6 +108,8 @@ def _check_run(record: dict[str, Any], file: str, where: str) -> None:
         raise bad("step_s_median", "expected a positive number of seconds")
     if not isinstance(record.get("fingerprint", {}), dict):
         raise bad("fingerprint", "expected an object")
+    if str((record.get("fingerprint") or {}).get("gpu_name", "")).strip().lower() == "cpu":
+        raise ScenarioError(f"measured on {DRY_RUN}", file=file, field=f"{where}.fingerprint.gpu_name")
     # peaks: a measured allocation is a positive byte count; null (not measured) is left out of the comparison
     peaks: list[tuple[str, Any]] = [("peak_memory_bytes", record.get("peak_memory_bytes"))]
     per_rank = record.get("peak_memory_bytes_per_rank")

@@ -307,7 +307,14 @@ class _Factory:
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         if self.batch_fn is None:
             self._call()
-        return (self.loss_fn or default_custom_loss)(model, batch)
+        loss = (self.loss_fn or default_custom_loss)(model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or (torch.is_grad_enabled() and not loss.requires_grad):
+            # a float (loss.item()) or a detached tensor has no backward: the step would time the forward only
+            what = type(loss).__name__ if not isinstance(loss, torch.Tensor) else \
+                f"a tensor of shape {tuple(loss.shape)}{'' if loss.requires_grad else ' without grad'}"
+            raise ModelArgError(f"model {self.target!r}: loss_fn returned {what}; expected the scalar loss tensor "
+                                "that backward() runs from")
+        return loss
 
 
 def gpt_tiny() -> nn.Module:
