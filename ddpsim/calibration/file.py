@@ -521,9 +521,6 @@ def _protocol_table(data: Any, source: str, where: str) -> ProtocolTable | None:
 def _check_protocol_numbers(table: ProtocolTable, source: str, where: str) -> None:
     """Rates and efficiencies positive, latencies at least 0, all finite: a zero LL bus rate or efficiency
     would divide a transfer by zero, a negative latency make a collective end before it starts."""
-    if table.hop_latency_mode not in ("scaled", "absolute"):
-        raise ScenarioError(f"expected scaled or absolute, got {table.hop_latency_mode!r}", file=source,
-                            field=f"{where}.hop_latency_mode")
     positive: dict[str, Any] = {"bandwidth_efficiency": table.bandwidth_efficiency,
                                 "transport_efficiency": table.transport_efficiency,
                                 "algorithm_efficiency": table.algorithm_efficiency,
