@@ -124,13 +124,22 @@ def build_model(config: Any, model_class: type | None = None) -> tuple[nn.Module
     if model_class is not None:
         forward = getattr(model_class, "forward", None)
         takes_labels = forward is not None and "labels" in inspect.signature(forward).parameters
-        return model_class(config), takes_labels
+        return _named_loss(model_class(config)), takes_labels
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         try:
-            return auto.from_config(config), True
+            return _named_loss(auto.from_config(config)), True
         except ValueError:  # this architecture has no such head
             continue
-    return transformers.AutoModel.from_config(config), False
+    return _named_loss(transformers.AutoModel.from_config(config)), False
+
+
+def _named_loss(model: nn.Module) -> nn.Module:
+    """The model with the loss transformers falls back to named: a head whose class name matches none of its
+    losses (GPT2LMHeadModel) has ``loss_type`` None, and transformers then uses ``ForCausalLM`` and warns
+    on every run (``loss_type=None ... unrecognized``). Naming it changes no number, only the warning."""
+    if hasattr(model, "loss_type") and model.loss_type is None:
+        model.loss_type = "ForCausalLM"
+    return model
 
 
 def checked_seq(config: Any, seq: int | None, name: str) -> int:
