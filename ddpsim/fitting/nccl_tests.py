@@ -470,11 +470,12 @@ def _check_hosts(path: str, report: _Report, world_size: int, nodes: int) -> Non
         raise ScenarioError(f"the header lists {report.ranks} ranks, but {world_size} were given", file=path,
                             field="--nccl-tests WORLD_SIZE")
     distinct = len(set(report.hosts))
-    # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
-    # run by hand name each rank's real host, so there the hosts must be the nodes given
-    if report.harness_nodes is not None and report.harness_nodes != nodes:
+    # one host in the rank lines of the harness's own file: its launch name says how many nodes it emulated
+    if distinct == 1 and report.emulated_nodes and report.harness_nodes not in (None, nodes):
         raise ScenarioError(f"the header's launch ran {report.harness_nodes} node(s), but {nodes} were given", file=path,
                             field="--nccl-tests NODES")
+    # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
+    # run by hand name each rank's real host, so there the hosts must be the nodes given
     if distinct != nodes and not (distinct == 1 and report.emulated_nodes):
         raise ScenarioError(f"the header lists {distinct} hosts, but {nodes} nodes were given", file=path,
                             field="--nccl-tests NODES")
