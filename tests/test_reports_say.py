@@ -108,3 +108,16 @@ def test_hf_models_name_their_loss_so_transformers_does_not_warn():
     assert takes_labels and type(model).__name__ == "GPT2LMHeadModel"
     # the loss transformers itself falls back to, now named: no warning, the same function
     assert model.loss_type == "ForCausalLM" and model.loss_function is LOSS_MAPPING["ForCausalLM"]
+
+
+def test_a_long_simulation_says_what_sets_its_time_once(monkeypatch):
+    import io
+
+    import ddpsim.simulation as simulation
+
+    monkeypatch.setattr(simulation, "PROGRESS_EVERY_S", 0.0)  # a line every step instead of every 5 s
+    stream = io.StringIO()
+    simulation.simulate(load_scenario(QUICKSTART, ["simulation.iterations=3"]), progress=stream)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and "simulation.iterations sets this" in lines[0]
+    assert "simulation.iterations" not in lines[1]
