@@ -237,7 +237,8 @@ def run(a: argparse.Namespace) -> int:
         gpus = campaign.gpu_list(a.cpu_slots)
         if not gpus:
             raise MeasureArgError("no GPU found (nvidia-smi, torch.cuda): run it on a GPU host, or --cpu-slots N "
-                                  "for a dry run on the CPU")
+                                  "for a dry run on the CPU (it checks the harness and your models; calibrate and "
+                                  "validate refuse what it measures)")
         shapes = _shapes(a.shapes, len(gpus))
         if plan.name == "sharded" and len(gpus) < 2:
             raise MeasureArgError("--plan sharded: needs a host of 2 or more GPUs (it shards over all of them)")
