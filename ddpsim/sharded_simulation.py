@@ -35,6 +35,7 @@ from ddpsim.sharded.memory import (
 )
 from ddpsim.sharded.step import ShardedCosts, ShardedTrace, simulate_step
 from ddpsim.sharded.units import ShardUnit, shard_units
+from ddpsim.units import ordinal
 from ddpsim.workload.model import Workload
 
 
@@ -118,7 +119,7 @@ def memory_source(scenario: Scenario, workload: Workload) -> str:
                      "(measure it with ddpsim measure, which records them, or use torch:module:factory)")
     every = checkpoint_every(scenario.workload.activation_checkpointing)
     if every:
-        parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {every}th block'}: "
+        parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {ordinal(every)} block'}: "
                      "each keeps its input, one block's activations live again in backward")
     return "; ".join(parts)
 

@@ -84,10 +84,13 @@ class _StepProgress:
         now = time.perf_counter()
         if now - self.last < PROGRESS_EVERY_S:
             return
+        first = self.last == self.start
         self.last = now
         left_s = (now - self.start) / done * (self.total - done)
+        # the first line says what sets the time, so a user who asked for 100,000 steps by mistake knows
+        why = " (simulation.iterations sets this; Ctrl-C stops it)" if first else ""
         self.stream.write(f"ddpsim: simulated {done:,} of {self.total:,} steps in {now - self.start:.0f} s, "
-                          f"about {left_s:.0f} s left\n")
+                          f"about {left_s:.0f} s left{why}\n")
         self.stream.flush()
 
 

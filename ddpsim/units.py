@@ -102,3 +102,9 @@ def format_time(seconds: float) -> str:
     if abs(seconds) >= 1e-3:
         return f"{seconds * 1e3:.2f} ms"
     return f"{seconds * 1e6:.1f} us"
+
+
+def ordinal(n: int) -> str:
+    """``2`` -> ``2nd``, ``11`` -> ``11th``, ``23`` -> ``23rd``."""
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"

@@ -109,7 +109,7 @@ def test_a_scenario_names_a_config_beside_it(tmp_path, capsys):
 
 @pytest.mark.parametrize("what, message", [
     ("no-such-org/no-such-model-xyz", "in the local Hugging Face cache"),
-    ("NoSuchConfig", "no config found"),
+    ("NoSuchConfig", "has no class 'NoSuchConfig'"),  # a class name: answered without the hub
 ])
 def test_unknown_names_are_one_line_and_never_download(tmp_path, monkeypatch, what, message):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # a download attempt would fail differently

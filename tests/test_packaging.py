@@ -233,3 +233,69 @@ def test_the_readme_commands_work_from_a_plain_install(installed, tmp_path):
     done = _in_venv(installed, "ddpsim run h200.yaml --set cluster.gpu=H100", tmp_path)
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert "--set calibration=pooled:H100" in done.stderr
+
+
+# ---- the README's GPU-host install: the wheel with --no-deps, beside the host's torch only ----
+
+_TORCH_ONLY = textwrap.dedent(
+    """
+    import importlib.abc, sys
+    REFUSED = {"simpy", "numpy", "networkx", "matplotlib", "yaml", "scipy"}  # ddpsim's dependencies (torch runs without numpy)
+    class _TorchOnly(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in REFUSED:
+                raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+            return None
+    sys.meta_path.insert(0, _TorchOnly())
+    """
+)
+
+
+def _install_block() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"^```\n(.*?)^```", text, flags=re.S | re.M)
+    (block,) = [b for b in blocks if "pip install --no-deps" in b]
+    return [line.split("  #")[0].strip() for line in block.splitlines() if line.strip()]
+
+
+def test_the_readme_gpu_host_install_works_without_an_index(wheel, tmp_path):
+    build, copy, install = _install_block()
+    assert build.startswith("python -m pip wheel --no-deps -w dist") and copy.startswith("scp dist/ddpsim-")
+    assert install == "pip install --no-deps ddpsim-*.whl"
+    # the install line as written, offline, into a fresh venv that sees nothing but its own site-packages
+    import venv
+
+    root = tmp_path / "gpuhost"
+    venv.create(root, with_pip=False)
+    shutil.copy(wheel.filename, tmp_path)
+    args = install.split()[1:-1] + [str(tmp_path / Path(wheel.filename).name)]
+    done = subprocess.run([sys.executable, "-m", "pip", "--python", str(root / "bin" / "python"), *args,
+                           "--no-index", "-q"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert not list((root / "lib").glob("python*/site-packages/simpy"))  # --no-deps: nothing else came
+    # measure there, with torch and the standard library only: the harness's modules import, and the command
+    # goes as far as a CPU host can (no GPU: one line, exit 2)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    env["PYTHONPATH"] = str(next((root / "lib").glob("python*/site-packages")))
+    code = _TORCH_ONLY + textwrap.dedent(
+        """
+        import importlib
+        for name in ("cli", "campaign", "worker", "runner", "profile", "models", "fsdp", "selfcheck"):
+            importlib.import_module("ddpsim.measure." + name)
+        from ddpsim.cli.main import main
+        sys.exit(main(["measure", "--model", "tiny-mlp", "--out", "runs/host1"]))
+        """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, env=env,
+                          timeout=300)
+    assert "site-packages" in subprocess.run([sys.executable, "-c", "import ddpsim; print(ddpsim.__file__)"],
+                                             capture_output=True, text=True, cwd=tmp_path, env=env).stdout
+    if "no GPU found" not in done.stderr:  # a GPU host: the plan ran
+        assert done.returncode in (0, 1), done.stderr[-2000:]
+    else:
+        # torch itself warns that numpy, refused here, is absent; ddpsim says one line
+        ours = [line for line in done.stderr.splitlines() if line.startswith("ddpsim")]
+        assert done.returncode == 2 and len(ours) == 1 and "Traceback" not in done.stderr, done.stderr[-2000:]
+
+
+def test_the_readme_examples_output_folder_is_ignored():
+    assert "/runs/" in (ROOT / ".gitignore").read_text().split()

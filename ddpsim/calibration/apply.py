@@ -146,17 +146,25 @@ def apply_calibration(scenario: Scenario, model: str | None = None) -> Calibrate
 
 
 def check_gpu(calibration: Calibration, gpus: Sequence[str], what: str, option: str = "--set calibration=") -> str | None:
-    """None when the calibration was measured on every GPU kind of ``gpus`` (or does not record its own);
+    """None when the calibration was measured on every GPU kind of ``gpus``; a line for a ``from:`` row when it
+    does not record its own;
     with ``other_gpu_allowed``, the line a ``from:`` row shows; else refused naming ``option`` with the
     shipped calibration of the other kind: one calibration's link rates
     and overheads are its GPU kind's, and on another kind they answer wrongly without a word."""
     measured_on = calibration.measured_on
-    others = sorted({g for g in gpus if measured_on is not None and get_gpu(g).name != measured_on.gpu})
-    if measured_on is None or not others:
-        return None
+    if measured_on is None:
+        # nccl-tests output alone, or a file written before calibrations recorded their GPU: applied, and said
+        kinds = ", ".join(sorted({get_gpu(g).name for g in gpus})) or "this GPU"
+        return (f"calibration {calibration.source} does not record the GPU it was measured on (no measured_on): "
+                f"its link rates and overheads are applied to {kinds} unchecked")
+    others = sorted({g for g in gpus if get_gpu(g).name != measured_on.gpu})
+    probed = (f"; re-centred on a probe of {', '.join(calibration.probed_other_gpu)} (--allow-other-gpu when it "
+              "was made): its link rates are that kind's") if calibration.probed_other_gpu else ""
+    if not others:
+        return f"calibration {calibration.source} measured on {measured_on.gpu}{probed}" if probed else None
     if calibration.other_gpu_allowed:
         return (f"calibration {calibration.source} measured on {measured_on.gpu}, used for {', '.join(others)} "
-                "(--allow-other-gpu): its link rates and overheads are the other kind's")
+                f"(--allow-other-gpu): its link rates and overheads are the other kind's{probed}")
     shipped = shipped_for_gpu(others[0])
     instead = (f"{option}{shipped}, or " if shipped else "") + "a calibration of your own (ddpsim calibrate DIR)"
     raise ScenarioError(f"was measured on {measured_on.gpu} and {what} is {', '.join(others)}: use {instead}, "

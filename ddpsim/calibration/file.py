@@ -126,6 +126,9 @@ class Calibration:
     measured_on: MeasuredOn | None = None
     # the user allowed this calibration on another GPU kind (--allow-other-gpu); the run says so in a from: row
     other_gpu_allowed: bool = False
+    # the GPU kinds of a probe of another kind it was re-centred on (calibrate --recentre --allow-other-gpu,
+    # ``probed_from.other_gpu``): its link rates are theirs, whatever measured_on says
+    probed_other_gpu: tuple[str, ...] = ()
 
     def step_interval(self, link_class: str, step_s: float) -> tuple[float, float, float] | None:
         """p10, p50, p90 of the step time one would measure: the measured step-to-step and
@@ -230,9 +233,16 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
     for name, entry in link_classes.items():
         if not isinstance(entry, dict):
             raise ScenarioError("expected a mapping", file=source, field=f"link_classes.{name}")
-        _link_fit(entry, source, f"link_classes.{name}")
-        for world, sub in (entry.get("by_world_size") or {}).items():
-            _link_fit(sub, source, f"link_classes.{name}.by_world_size.{world}")
+        _checked_link_entry(entry, source, f"link_classes.{name}")
+        for part_key in ("by_world_size", "by_shape"):
+            parts = entry.get(part_key) or {}
+            if not isinstance(parts, dict):
+                raise ScenarioError("expected a mapping", file=source, field=f"link_classes.{name}.{part_key}")
+            for part, sub in parts.items():
+                where = f"link_classes.{name}.{part_key}.{part}"
+                if not isinstance(sub, dict):
+                    raise ScenarioError("expected a mapping", file=source, field=where)
+                _checked_link_entry(sub, source, where, nested=True)
     for name, entry in overheads.items():
         if not isinstance(entry, dict):
             raise ScenarioError("expected a mapping", file=source, field=f"overheads.{name}")
@@ -267,7 +277,19 @@ def calibration_from_dict(data: dict[str, Any], source: str) -> Calibration:
             ("sigma", "residual_sigma", "sigma_after_probe", "residual_sigma_after_probe")).items()},
         collectives=data.get("collectives") or {},
         measured_on=_measured_on(data.get("measured_on"), source),
+        probed_other_gpu=_probed_other_gpu(data.get("probed_from"), source),
     )
+
+
+def _probed_other_gpu(data: Any, source: str) -> tuple[str, ...]:
+    if data is None:
+        return ()
+    if not isinstance(data, dict):
+        raise ScenarioError("expected a mapping", file=source, field="probed_from")
+    kinds = data.get("other_gpu") or []
+    if not isinstance(kinds, list) or not all(isinstance(k, str) and k for k in kinds):
+        raise ScenarioError(f"expected a list of GPU kinds, got {kinds!r}", file=source, field="probed_from.other_gpu")
+    return tuple(kinds)
 
 
 def _measured_on(data: Any, source: str) -> MeasuredOn | None:
@@ -375,6 +397,27 @@ def _link_fit(entry: dict[str, Any], source: str, where: str) -> LinkFit:
     )
 
 
+def _checked_link_entry(entry: dict[str, Any], source: str, where: str, nested: bool = False) -> None:
+    """A link class's entry (or one world size's or shape's): known keys only, its fit and its per-protocol
+    fits in range (a zero bus bandwidth would price a transfer at infinite time or be divided by)."""
+    _known_keys(entry, LINK_ENTRY_KEYS - {"by_world_size", "by_shape"} if nested else LINK_ENTRY_KEYS, source,
+                f"{where}.")
+    _link_fit(entry, source, where)
+    fits = entry.get("protocol_fits")
+    if fits is None:
+        return
+    if not isinstance(fits, dict):
+        raise ScenarioError("expected a mapping of protocol to fit", file=source, field=f"{where}.protocol_fits")
+    for protocol, fit in fits.items():
+        here = f"{where}.protocol_fits.{protocol}"
+        if not isinstance(fit, dict):
+            raise ScenarioError("expected a mapping", file=source, field=here)
+        _number(fit, "bus_bandwidth_Bps", source, here, positive=True)
+        for key in ("base_latency_s", "hop_latency_s"):
+            if key in fit:
+                _number(fit, key, source, here)
+
+
 def _number(entry: dict[str, Any], key: str, source: str, where: str, positive: bool = False) -> float:
     value = entry.get(key)
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0 or (
@@ -415,6 +458,14 @@ CALIBRATION_KEYS = frozenset({
     "kind", "schema_version", "ddpsim_version",
     # the GPU kind, GPU counts and link classes it was measured on (files written before lack it)
     "measured_on",
+})
+# what a link class's entry may hold (fit.py, nccl_tests.py, recentre.py write them); by_world_size and by_shape
+# entries the same but for those two
+LINK_ENTRY_KEYS = frozenset({
+    "algorithm", "algorithm_fitted", "bandwidth_Bps", "bandwidth_probed", "by_shape", "by_world_size",
+    "call_floor_s", "curves_fitted", "duplex_factor", "duplex_source", "fit_max_error_pct", "fit_mean_error_pct",
+    "latency_s", "latency_structure", "protocol_fits", "protocol_table", "protocols_from", "samples", "shapes",
+    "sources", "tree_fit", "world_sizes",
 })
 # the collectives a calibration may hold measured curves of beside the all-reduce's links (sharded_fit.py)
 SHARDED_COLLECTIVES = ("reduce_scatter", "all_gather")
@@ -458,9 +509,33 @@ def _protocol_table(data: Any, source: str, where: str) -> ProtocolTable | None:
         table = ProtocolTable.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise ScenarioError(f"bad protocol table: {exc}", file=source, field=f"{where}.protocol_table") from None
+    _check_protocol_numbers(table, source, f"{where}.protocol_table")
     if table.hop_latency_mode == "absolute":
         # an absolute hop latency replaces the scenario's link latency: keep only the transports
         # this calibration measured, so the scenario's latency stays in force for the others
         fitted = {str(key).split("/")[0] for key in dict(data.get("hop_latency_s", {}))}
         table = replace(table, hop_latency_s={k: v for k, v in table.hop_latency_s.items() if k[0] in fitted})
     return table
+
+
+def _check_protocol_numbers(table: ProtocolTable, source: str, where: str) -> None:
+    """Rates and efficiencies positive, latencies at least 0, all finite: a zero LL bus rate or efficiency
+    would divide a transfer by zero, a negative latency make a collective end before it starts."""
+    positive: dict[str, Any] = {"bandwidth_efficiency": table.bandwidth_efficiency,
+                                "transport_efficiency": table.transport_efficiency,
+                                "algorithm_efficiency": table.algorithm_efficiency,
+                                "algorithm_protocol_efficiency": table.algorithm_protocol_efficiency,
+                                "ll_max_bus_Bps": dict(enumerate(table.ll_max_bus_Bps)),
+                                "ring_plateau_factor": {"": table.ring_plateau_factor}}
+    at_least_zero: dict[str, Any] = {"base_latency_s": table.base_latency_s, "hop_latency_s": table.hop_latency_s,
+                                     "reference_link_latency_s": table.reference_link_latency_s,
+                                     "net_overhead_s": table.net_overhead_s,
+                                     "ring_plateau_min_bytes": {"": table.ring_plateau_min_bytes}}
+    for section, strictly in ((positive, True), (at_least_zero, False)):
+        for name, values in section.items():
+            for key, value in values.items():
+                if not math.isfinite(value) or value < 0 or (strictly and value == 0):
+                    label = "/".join(key) if isinstance(key, tuple) else str(key)
+                    expected = "a positive finite number" if strictly else "a finite number >= 0"
+                    raise ScenarioError(f"expected {expected}, got {value!r}", file=source,
+                                        field=f"{where}.{name}" + (f".{label}" if label else ""))

@@ -8,6 +8,7 @@ always wins over a name.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from pathlib import Path
@@ -48,5 +49,13 @@ def shipped_path(name: str, field: str = "calibration") -> str:
 
 def shipped_for_gpu(gpu: str) -> str | None:
     """The pooled shipped calibration of a catalog GPU kind, to name in a refusal (None: none ships)."""
-    short = gpu.lower().split("-")[0]
-    return f"pooled:{short.upper()}" if (SHIPPED_DIR / f"pooled-{short}.json").is_file() else None
+    from ddpsim.hardware.catalog import get_gpu
+
+    kind = get_gpu(gpu).name
+    short = kind.lower().split("-")[0]
+    path = SHIPPED_DIR / f"pooled-{short}.json"
+    if not path.is_file():
+        return None
+    # the file of the short name may be a sibling kind's (pooled-h100.json is H100-SXM's, not H100-PCIe's)
+    measured_on = json.loads(path.read_text(encoding="utf-8")).get("measured_on") or {}
+    return f"pooled:{short.upper()}" if measured_on.get("gpu") == kind else None

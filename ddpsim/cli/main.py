@@ -97,15 +97,30 @@ def _clean_around(out: str | None) -> None:
         remove_stale_staging(folder)
 
 
-def _check_out_paths(args: argparse.Namespace) -> None:
+def _check_out_paths(args: argparse.Namespace, parser: argparse.ArgumentParser) -> None:
     """``--out ''`` or ``--trace ''`` (an unset shell variable) is refused before any work: ignored, it
-    would write nothing, or write into the current folder."""
+    would write nothing, or write into the current folder. So is an empty value of any other option or
+    argument: ``--recentre ''`` read as "not given" would fit a new calibration instead."""
     from ddpsim.outdir import check_out_path
 
     for name in ("out", "trace", "html"):
         value = getattr(args, name, None)
         if isinstance(value, str):
             check_out_path(value, f"--{name}")
+    for action in _command_actions(parser, getattr(args, "command", None)):
+        value = getattr(args, action.dest, None)
+        values = value if isinstance(value, list) else [value]
+        if any(isinstance(v, str) and not v.strip() for v in values):
+            option = action.option_strings[-1] if action.option_strings else action.dest
+            raise ScenarioError(f"expected a value, got {''!r} (an unset shell variable?)", field=option)
+
+
+def _command_actions(parser: argparse.ArgumentParser, command: str | None) -> list[argparse.Action]:
+    """The arguments of subcommand ``command`` as its parser declares them."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return list(action.choices[command]._actions)
+    return []
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
@@ -144,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # --help, --version (0) and usage errors (2, already printed)
         return int(exc.code or 0)
     try:
-        _check_out_paths(args)
+        _check_out_paths(args, parser)
         with _sigterm_as_interrupt():
             _clean_around(getattr(args, "out", None) if isinstance(getattr(args, "out", None), str) else None)
             return int(args.handler(args) or 0)

@@ -205,8 +205,13 @@ def cmd_tune_buckets(args: argparse.Namespace) -> int:
         f"predicted step time: {format_time(rec.predicted_step_time_s)} "
         f"(PyTorch default: {format_time(rec.default_step_time_s)}, {rec.speedup:.3f}x)"
     )
-    print(f"\nwhy: {rec.reason}\n")
-    print("paste:")
+    print(f"\nwhy: {rec.reason}")
+    written = scenario.ddp.bucket_cap_mb
+    mine = next((p for p in rec.curve if written is not None and p.bucket_cap_mb == written), None)
+    if mine is not None:  # `ddpsim run` reports the scenario's own cap: say how it differs from the default
+        print(f"your scenario's bucket_cap_mb: {written:g} (passed explicitly, so no 1 MiB first bucket): "
+              f"{mine.n_buckets} buckets, {format_time(mine.step_time_s)}, as `ddpsim run` reports")
+    print("\npaste:")
     print(f"    {rec.paste}")
     if rec.alternatives:
         print("\nat this cap, would these help more?")

@@ -338,6 +338,9 @@ def _check_data_dirs(data_dirs: list[str], option: str = "data_dir") -> None:
                 raise ScenarioError(f"{same} {other}, given already: its runs would be counted twice", file=data_dir,
                                     field=option)
         seen.append((data_dir, real))
+    from ddpsim.fitting.device import refuse_dry_runs
+
+    refuse_dry_runs(data_dirs, option)
 
 
 def register(sub: Any) -> None:

@@ -15,6 +15,7 @@ from typing import Any
 
 from ddpsim.calibration.file import FITTED_MODELS_ONLY_KEY, SCHEMA, Calibration, calibration_from_dict
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.device import refuse_dry_runs
 from ddpsim.fitting.fit import fit_links, fit_noise
 from ddpsim.fitting.measured_scenarios import catalog_gpu, run_class, run_label, run_nodes
 from ddpsim.fitting.measurements import (
@@ -124,6 +125,7 @@ def load_measurements(data_dirs: Sequence[str]) -> Measurements:
     slowdowns: list[tuple[str, float]] = []
     skipped: list[tuple[str, str]] = []
     net_probes: list[dict[str, Any]] = []
+    refuse_dry_runs(data_dirs)  # whatever the caller allows: a CPU dry run fits and validates nothing
     for data_dir in data_dirs:
         files = find_data_files(data_dir)
         if not files["ddp_runs"] and not files["allreduce"]:

@@ -97,6 +97,7 @@ class _Report:
     hosts: tuple[str, ...]  # the host of each rank (text) or of each process (JSON)
     emulated_nodes: bool  # the harness's files: several nodes emulated on one host
     rows: tuple[Row, ...]
+    harness_nodes: int | None = None  # the nodes the harness's launch ran (its launch name says), None: not said
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,23 @@ def _read_text(path: str, text: str, in_place: bool) -> _Report:
     return _Report(binary, names is not None and "cputime" in names, int(agg.group(1)) if agg else None,
                    int(max_bytes.group(1)) if max_bytes else None,
                    (int(step.group(1)), step.group(2)) if step else None, len(hosts) or None, hosts,
-                   any(line.startswith("# ddpsim harness:") for line in lines), tuple(rows))
+                   any(line.startswith("# ddpsim harness:") for line in lines), tuple(rows), _harness_nodes(path, lines))
+
+
+def _harness_nodes(path: str, lines: Sequence[str]) -> int | None:
+    """The nodes of the harness's launch from its header line (``launch socket_2x1_0``: 2 nodes, ``launch
+    nvlink_w4_0``: one), None where the file is not the harness's or does not say."""
+    for line in lines:
+        if line.startswith("# transport ") and re.search(r"\bgpu cpu\b", line):
+            from ddpsim.fitting.device import DRY_RUN
+
+            raise ScenarioError(f"measured on {DRY_RUN}", file=path, field="gpu")
+        if line.startswith("# transport ") and (launch := re.search(r"\blaunch (\S+)", line)):
+            shape = re.search(r"_(\d+)x(\d+)_\d+$", launch.group(1))
+            if shape:
+                return int(shape.group(1))
+            return 1 if re.search(r"_w\d+_\d+$", launch.group(1)) else None
+    return None
 
 
 def _column_names(line: str) -> list[str] | None:
@@ -453,6 +470,10 @@ def _check_hosts(path: str, report: _Report, world_size: int, nodes: int) -> Non
         raise ScenarioError(f"the header lists {report.ranks} ranks, but {world_size} were given", file=path,
                             field="--nccl-tests WORLD_SIZE")
     distinct = len(set(report.hosts))
+    # one host in the rank lines of the harness's own file: its launch name says how many nodes it emulated
+    if distinct == 1 and report.emulated_nodes and report.harness_nodes not in (None, nodes):
+        raise ScenarioError(f"the header's launch ran {report.harness_nodes} node(s), but {nodes} were given", file=path,
+                            field="--nccl-tests NODES")
     # several nodes on one host is the harness's emulation (NCCL_HOSTID), which its own files say; nccl-tests
     # run by hand name each rank's real host, so there the hosts must be the nodes given
     if distinct != nodes and not (distinct == 1 and report.emulated_nodes):

@@ -15,6 +15,7 @@ from typing import Any
 
 from ddpsim.calibration.file import Calibration
 from ddpsim.errors import ScenarioError
+from ddpsim.fitting.device import DRY_RUN
 from ddpsim.fitting.measured_scenarios import catalog_gpu, nvls_of_run
 from ddpsim.fitting.measurements import read_jsonl
 from ddpsim.fitting.validate import measured_peak_bytes
@@ -71,8 +72,64 @@ def read_fsdp_runs(path: str) -> list[dict[str, Any]]:
             if key not in record:
                 raise ScenarioError("missing field", file=file, field=f"line {line}.{key}")
         if record.get("status") == "ok":
+            _check_run(record, file, f"line {line}")
             runs.append(dict(record, _source=file, _line=line))
+    if not runs:
+        raise ScenarioError("no run that ended ok (status \"ok\"): nothing to compare", file=file)
     return runs
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _check_run(record: dict[str, Any], file: str, where: str) -> None:
+    """A successful run's fields as the harness writes them: a wrong type or a value no measurement can
+    have is named here, before it becomes a scenario or an error percentage."""
+    def bad(key: str, message: str) -> ScenarioError:
+        return ScenarioError(f"{message}, got {record.get(key)!r}", file=file, field=f"{where}.{key}")
+
+    for key in ("model", "strategy", "transport"):
+        if not isinstance(record[key], str) or not record[key]:
+            raise bad(key, "expected a non-empty string")
+    for key in ("world_size", "batch_size"):
+        if not isinstance(record[key], int) or isinstance(record[key], bool) or record[key] < 1:
+            raise bad(key, "expected a positive integer")
+    nodes = record.get("nodes")
+    if nodes is not None and (not isinstance(nodes, int) or isinstance(nodes, bool) or nodes < 1
+                              or record["world_size"] % nodes):
+        raise bad("nodes", f"expected a positive integer dividing world_size {record['world_size']}")
+    seq_len = record.get("seq_len")
+    if seq_len is not None and (not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len < 1):
+        raise bad("seq_len", "expected a positive integer or null")
+    if "step_s_median" not in record:
+        raise ScenarioError("missing field", file=file, field=f"{where}.step_s_median")
+    if not _is_number(record["step_s_median"]) or record["step_s_median"] <= 0:
+        raise bad("step_s_median", "expected a positive number of seconds")
+    if not isinstance(record.get("fingerprint", {}), dict):
+        raise bad("fingerprint", "expected an object")
+    if str((record.get("fingerprint") or {}).get("gpu_name", "")).strip().lower() == "cpu":
+        raise ScenarioError(f"measured on {DRY_RUN}", file=file, field=f"{where}.fingerprint.gpu_name")
+    # peaks: a measured allocation is a positive byte count; null (not measured) is left out of the comparison
+    peaks: list[tuple[str, Any]] = [("peak_memory_bytes", record.get("peak_memory_bytes"))]
+    per_rank = record.get("peak_memory_bytes_per_rank")
+    if per_rank is not None and not isinstance(per_rank, list):
+        raise bad("peak_memory_bytes_per_rank", "expected a list of byte counts")
+    peaks += [(f"peak_memory_bytes_per_rank[{i}]", v) for i, v in enumerate(per_rank or [])]
+    memory = record.get("memory")
+    if memory is not None and not isinstance(memory, dict):
+        raise bad("memory", "expected an object")
+    if isinstance(memory, dict):
+        peaks.append(("memory.peak_allocated_bytes", memory.get("peak_allocated_bytes")))
+        ranks = memory.get("per_rank") or []
+        if not isinstance(ranks, list) or not all(isinstance(r, dict) for r in ranks):
+            raise ScenarioError("expected a list of objects", file=file, field=f"{where}.memory.per_rank")
+        peaks += [(f"memory.per_rank[{i}].peak_allocated_bytes", r.get("peak_allocated_bytes"))
+                  for i, r in enumerate(ranks)]
+    for key, value in peaks:
+        if value is not None and (not _is_number(value) or value <= 0):
+            raise ScenarioError(f"expected a positive number of bytes or null, got {value!r}", file=file,
+                                field=f"{where}.{key}")
 
 
 def _model(run: dict[str, Any]) -> str:

@@ -64,8 +64,9 @@ def custom_gpu(data: dict[str, Any], file: str | None, field: str) -> GPUSpec:
             value = float(parse(data[key]))
         except (ValueError, TypeError) as err:
             raise error(key, str(err)) from None
-        if value <= 0:
-            raise error(key, f"expected a positive value, got {data[key]!r}")
+        if value <= 0 or not math.isfinite(value):
+            hint = " (leave the field out for a GPU without NVLink)" if key == "nvlink_bandwidth" else ""
+            raise error(key, f"expected a positive finite value, got {data[key]!r}{hint}")
         return value
 
     sms = data.get("sm_count", 132)
@@ -79,7 +80,9 @@ def custom_gpu(data: dict[str, Any], file: str | None, field: str) -> GPUSpec:
         default_compute_efficiency=0.5,
         kernel_launch_s=quantity("kernel_launch", parse_time_s, 4e-6),
         sm_count=sms,
-        nvlink_Bps=quantity("nvlink_bandwidth", parse_bandwidth_Bps, 0.0) if data.get("nvlink_bandwidth") else 0.0,
+        # 0 is refused (not read as "unset", which would leave the intra-node link at its default); a GPU
+        # without NVLink leaves the field out
+        nvlink_Bps=quantity("nvlink_bandwidth", parse_bandwidth_Bps, 0.0),
         datasheet=f"described by the scenario ({field})",
     )
     try:

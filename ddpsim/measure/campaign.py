@@ -259,12 +259,15 @@ def expected_runs(models: list[str], caps: list[int | float], variants: list[str
 
 
 def failures_of(out: str, launch_ids: set[str]) -> int:
-    """Launches of ``launch_ids`` that did not end ok, and DDP configurations of them recorded as failed."""
+    """Launches of ``launch_ids`` that did not end ok, and DDP configurations and profiles of them recorded as failed."""
     launches = [r for r in read_jsonl(os.path.join(out, "launches.jsonl"))
                 if r.get("launch_id") in launch_ids and r.get("status") != "ok"]
     runs = [r for r in read_jsonl(os.path.join(out, "ddp_runs.jsonl"))
             if r.get("launch_id") in launch_ids and r.get("status") == "failed"]
-    return len(launches) + len(runs)
+    # a profile that failed (a factory that raises) is a failure even when the budget dropped every DDP launch
+    profiles = [r for r in read_jsonl(os.path.join(out, "profile_failures.jsonl"))
+                if r.get("launch_id") in launch_ids and r.get("status") == "failed"]
+    return len(launches) + len(runs) + len(profiles)
 
 
 def done_launches(out: str) -> set[tuple[Any, Any, Any, Any]]:

@@ -152,8 +152,10 @@ def summary_lines(out: str, models: list[str], dry_run: bool = False) -> list[st
         if mine:
             lines.append(f"  all-reduce sweeps over {c}: {sum(r.get('status', 'ok') != 'failed' for r in mine)}/"
                          f"{len(mine)} ok")
-    for r in failures[-5:]:
-        lines.append(f"  profile of {r.get('model')} {r.get('status')}: {str(r.get('error') or '').strip()[-300:]}")
+    for r in failures[-5:]:  # the error's last line (the exception), whole; the traceback is in the record
+        last_line = (str(r.get("error") or "").strip().splitlines() or [""])[-1]
+        lines.append(f"  profile of {r.get('model')} {r.get('status')}: {last_line[:300]} "
+                     f"(traceback: {os.path.join(out, 'profile_failures.jsonl')})")
     bad = [r for r in runs if r.get("status") == "failed"]
     if bad:
         last = str(bad[-1].get("error") or "").strip().splitlines()[-1:] or [""]
@@ -235,7 +237,8 @@ def run(a: argparse.Namespace) -> int:
         gpus = campaign.gpu_list(a.cpu_slots)
         if not gpus:
             raise MeasureArgError("no GPU found (nvidia-smi, torch.cuda): run it on a GPU host, or --cpu-slots N "
-                                  "for a dry run on the CPU")
+                                  "for a dry run on the CPU (it checks the harness and your models; calibrate and "
+                                  "validate refuse what it measures)")
         shapes = _shapes(a.shapes, len(gpus))
         if plan.name == "sharded" and len(gpus) < 2:
             raise MeasureArgError("--plan sharded: needs a host of 2 or more GPUs (it shards over all of them)")

@@ -289,9 +289,21 @@ def wait_for_gpu_s(device: torch.device, floor_s: float) -> float:
 
 
 def finish_launch(launch_id: str, t_start: float) -> None:
+    """Every rank together: free what holds the process group, then destroy it.
+
+    A DDP instance's reducer keeps its process group and its Python comm hook (the per-bucket timer) alive;
+    held in a reference cycle, it is freed only by the cyclic collector, which may not run before the
+    interpreter finalizes. Freed there, after the group is gone and while Python tears itself down, its
+    C++ destructor takes the GIL for the hook's Python objects and the rank aborts (SIGABRT, 1 run in 10
+    under load: whether a collection ran late in the launch depends on how many steps the budget allowed).
+    So the cycles are collected here, while the interpreter and the group are whole."""
+    import gc
+
+    gc.collect()
     try:
         dist.barrier()
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001
         pass
+    gc.collect()
     log(f"launch {launch_id} done in {time.perf_counter() - t_start:.1f}s")

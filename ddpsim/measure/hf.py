@@ -14,6 +14,7 @@ the standard library only, so it is the one both can import.
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import json
 import os
@@ -45,6 +46,12 @@ def load_model_source(what: str, local_files_only: bool = False) -> tuple[Any, t
     config_class = getattr(named, "config_class", None)
     if isinstance(named, type) and isinstance(config_class, type):
         return config_class(), named
+    if named is None and _looks_like_a_class(what):
+        # GPT2Config or LlamaForCausalLM spelt wrong: no hub repository is named so; asking would retry for
+        # half a minute without a network
+        near = difflib.get_close_matches(what, [n for n in dir(transformers) if n[:1].isupper()], n=3)
+        hint = f" (close: {', '.join(near)})" if near else ""
+        raise ModelArgError(f"model hf:{what}: transformers {transformers.__version__} has no class {what!r}{hint}")
     if os.path.isfile(what):
         try:
             with open(what) as f:
@@ -58,13 +65,55 @@ def load_model_source(what: str, local_files_only: bool = False) -> tuple[Any, t
             return transformers.AutoConfig.for_model(model_type, **fields), None
         except ValueError as e:  # a model_type this transformers does not know
             raise ModelArgError(f"model hf:{what}: {str(e).splitlines()[0][:200]}") from e
+    # the local cache first; the hub only when it answers (offline, huggingface_hub retries 5 times, ~30 s)
+    offline = local_files_only or os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     try:
-        return transformers.AutoConfig.from_pretrained(what, local_files_only=local_files_only), None
-    except Exception as e:  # noqa: BLE001 - offline, unknown name, bad file: one message
-        where = " in the local Hugging Face cache (the simulator never downloads)" if local_files_only else ""
+        return transformers.AutoConfig.from_pretrained(what, local_files_only=True), None
+    except Exception as e:  # noqa: BLE001 - not cached: the hub, where it may be asked
+        if offline:
+            where = (" in the local Hugging Face cache (the simulator never downloads)" if local_files_only
+                     else " in the local Hugging Face cache (HF_HUB_OFFLINE is set)")
+            raise ModelArgError(f"model hf:{what}: no config found{where}; give a config class (hf:GPT2Config), a "
+                                "model class (hf:GPT2LMHeadModel) or a config.json path") from e
+    if not _hub_reachable():
+        raise ModelArgError(f"model hf:{what}: not in the local Hugging Face cache, and huggingface.co cannot be "
+                            "reached from here; give a config class (hf:GPT2Config), a model class "
+                            "(hf:GPT2LMHeadModel) or a config.json path")
+    try:
+        return transformers.AutoConfig.from_pretrained(what), None
+    except Exception as e:  # noqa: BLE001 - unknown name, bad file: one message
+        where = ""
         raise ModelArgError(f"model hf:{what}: no config found{where} ({type(e).__name__}: "
                             f"{str(e).splitlines()[0][:200] if str(e) else ''}); give a config class "
                             "(hf:GPT2Config), a model class (hf:GPT2LMHeadModel) or a config.json path") from e
+
+
+def _looks_like_a_class(what: str) -> bool:
+    """A transformers class name (``GPT2Config``, ``LlamaForCausalLM``), not a hub name (``gpt2``, ``org/name``)."""
+    return what.isidentifier() and what[:1].isupper() and what.endswith(("Config", "Model", "LMHeadModel")) or \
+        what.isidentifier() and "For" in what and what[:1].isupper()
+
+
+def _hub_reachable(timeout_s: float = 3.0) -> bool:
+    """Whether huggingface.co's name resolves and its port answers within ``timeout_s``."""
+    import socket
+    import threading
+
+    endpoint = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    host, _, port = endpoint.partition(":")
+    answered: list[bool] = []
+
+    def connect() -> None:  # the name's lookup ignores socket timeouts: bounded by the join below
+        try:
+            with socket.create_connection((host, int(port or 443)), timeout=timeout_s):
+                answered.append(True)
+        except (OSError, ValueError):
+            answered.append(False)
+
+    probe = threading.Thread(target=connect, daemon=True)
+    probe.start()
+    probe.join(timeout_s)
+    return bool(answered and answered[0])
 
 
 def build_model(config: Any, model_class: type | None = None) -> tuple[nn.Module, bool]:
@@ -75,13 +124,22 @@ def build_model(config: Any, model_class: type | None = None) -> tuple[nn.Module
     if model_class is not None:
         forward = getattr(model_class, "forward", None)
         takes_labels = forward is not None and "labels" in inspect.signature(forward).parameters
-        return model_class(config), takes_labels
+        return _named_loss(model_class(config)), takes_labels
     for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         try:
-            return auto.from_config(config), True
+            return _named_loss(auto.from_config(config)), True
         except ValueError:  # this architecture has no such head
             continue
-    return transformers.AutoModel.from_config(config), False
+    return _named_loss(transformers.AutoModel.from_config(config)), False
+
+
+def _named_loss(model: nn.Module) -> nn.Module:
+    """The model with the loss transformers falls back to named: a head whose class name matches none of its
+    losses (GPT2LMHeadModel) has ``loss_type`` None, and transformers then uses ``ForCausalLM`` and warns
+    on every run (``loss_type=None ... unrecognized``). Naming it changes no number, only the warning."""
+    if hasattr(model, "loss_type") and model.loss_type is None:
+        model.loss_type = "ForCausalLM"
+    return model
 
 
 def checked_seq(config: Any, seq: int | None, name: str) -> int:

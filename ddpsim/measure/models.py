@@ -274,8 +274,9 @@ class _Factory:
         mod_name, _, fn_name = target.partition(":")
         try:
             module = importlib.import_module(mod_name)
-        except ImportError as e:
-            raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import ({e})") from e
+        except Exception as e:  # any error in the user's module (SyntaxError, a raise at import) is theirs
+            raise ModelArgError(f"model {target!r}: module {mod_name!r} does not import "
+                                f"({type(e).__name__}: {e})") from e
         self.target = target
         factory = getattr(module, fn_name, None)
         if not callable(factory):
@@ -306,7 +307,14 @@ class _Factory:
     def loss(self, model: nn.Module, batch: Any) -> torch.Tensor:
         if self.batch_fn is None:
             self._call()
-        return (self.loss_fn or default_custom_loss)(model, batch)
+        loss = (self.loss_fn or default_custom_loss)(model, batch)
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or (torch.is_grad_enabled() and not loss.requires_grad):
+            # a float (loss.item()) or a detached tensor has no backward: the step would time the forward only
+            what = type(loss).__name__ if not isinstance(loss, torch.Tensor) else \
+                f"a tensor of shape {tuple(loss.shape)}{'' if loss.requires_grad else ' without grad'}"
+            raise ModelArgError(f"model {self.target!r}: loss_fn returned {what}; expected the scalar loss tensor "
+                                "that backward() runs from")
+        return loss
 
 
 def gpt_tiny() -> nn.Module:

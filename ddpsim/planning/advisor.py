@@ -16,15 +16,13 @@ from typing import Any
 from ddpsim.ddp.buckets import bucket_layout
 from ddpsim.planning.option_errors import OPTION_ERRORS
 from ddpsim.planning.option_errors import SOURCE as OPTION_ERRORS_SOURCE
+from ddpsim.planning.ties import MIN_GAIN_REL, pick_simplest
 from ddpsim.results import Result
 from ddpsim.scenario.schema import DEFAULT_BUCKET_CAP_MB, DDPSpec, Scenario
 from ddpsim.units import format_bytes, format_time
 
 # Log-spaced over what people actually pass (0.5 MiB .. 512 MiB), plus PyTorch's 25 passed explicitly.
 DEFAULT_CANDIDATES_MB: tuple[float, ...] = (0.5, 1, 2, 4, 8, 16, 25, 32, 64, 128, 256, 512)
-# Predicted gains below this are within the simulator's resolution (about 5% mean error on held-out
-# GPU runs, see README): such caps count as tied, and the one nearest PyTorch's default wins.
-MIN_GAIN_REL = 0.02
 _WORTH_IT = 0.005  # an alternative "helps" only if it takes at least 0.5% off the step
 
 _HOOK_PASTE = {
@@ -134,13 +132,10 @@ def _refine(caps: Sequence[float], best: float) -> list[float]:
 def pick_cap(step_time_by_cap: dict[float | None, float], min_gain_rel: float = MIN_GAIN_REL) -> float | None:
     """The cap to recommend: among caps predicted within ``min_gain_rel`` of the fastest, the default
     (None), else the one nearest PyTorch's 25 MiB (the least surprising change)."""
-    fastest = min(step_time_by_cap.values())
-    tied = [cap for cap, step_s in step_time_by_cap.items() if step_s <= fastest * (1 + min_gain_rel)]
-
     def distance(cap: float | None) -> float:
         return -1.0 if cap is None else abs(math.log(cap / DEFAULT_BUCKET_CAP_MB))
 
-    return min(tied, key=distance)
+    return pick_simplest(step_time_by_cap, distance, min_gain_rel)
 
 
 def _pick(points: Sequence[CapPoint]) -> CapPoint:
@@ -320,7 +315,8 @@ def explain(default: Result, best: Result, cap: float | None) -> str:
     exposed = default.exposed_comm_s
     backward_compute = max(default.backward_s - default.copy_s, 0.0)
     parts = [
-        f"With PyTorch's default the step has {n} buckets and {format_time(exposed)} of exposed communication"
+        f"With PyTorch's default (bucket_cap_mb unset: a 1 MiB first bucket, then 25 MiB) the step has {n} buckets "
+        f"and {format_time(exposed)} of exposed communication"
         f" ({100 * exposed / default.step_time_s:.0f}% of the {format_time(default.step_time_s)} step)."
     ]
     if exposed <= 0.01 * default.step_time_s:

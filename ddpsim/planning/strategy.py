@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from ddpsim.planning.ties import MIN_GAIN_REL, pick_simplest
 from ddpsim.results import Result
 from ddpsim.scenario.schema import STRATEGIES, Scenario
 from ddpsim.sharded.units import shard_units
@@ -72,12 +73,21 @@ def advise_strategy(scenario: Scenario, strategies: tuple[str, ...] = STRATEGIES
                                          f"{full.why}")
             why += "; none fits with full activation checkpointing either"
         return StrategyAdvice(None, options, gpu.memory_bytes, why, checkpointing)
-    best = min(fitting, key=lambda o: o.step_time_s)
+    fastest = min(fitting, key=lambda o: o.step_time_s)
+    # tune-buckets' tie rule: within MIN_GAIN_REL of the fastest, the simplest (DDP, then ZeRO-1, 2, 3)
+    by_name = {o.strategy: o for o in fitting}
+    best = by_name[pick_simplest({name: o.step_time_s for name, o in by_name.items()},
+                                 lambda name: float(strategies.index(name)))]
     others = [o for o in fitting if o is not best]
-    why = f"{best.strategy} is the fastest that fits: {best.step_time_s * 1e3:.1f} ms per step, " \
-          f"{best.memory_bytes / 2**30:.1f} of {gpu.memory_bytes / 2**30:.0f} GiB"
+    if best is fastest:
+        why = f"{best.strategy} is the fastest that fits: "
+    else:
+        why = (f"{best.strategy} is the simplest that fits within {100 * MIN_GAIN_REL:g}% of the fastest "
+               f"({fastest.strategy}, {100 * (1 - fastest.step_time_s / best.step_time_s):.2f}% faster: a tie): ")
+    why += (f"{best.step_time_s * 1e3:.1f} ms per step, {best.memory_bytes / 2**30:.1f} of "
+            f"{gpu.memory_bytes / 2**30:.0f} GiB")
     if others:
-        why += "; " + ", ".join(f"{o.strategy} {o.step_time_s * 1e3:.1f} ms ({o.step_time_s / best.step_time_s - 1:+.0%})"
+        why += "; " + ", ".join(f"{o.strategy} {o.step_time_s * 1e3:.1f} ms ({o.step_time_s / best.step_time_s - 1:+.1%})"
                                 for o in others)
     left_out = [o.strategy for o in options if not o.fits]
     if left_out:

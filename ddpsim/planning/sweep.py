@@ -701,9 +701,11 @@ def _figures(outcome: SweepOutcome, folder: str) -> list[tuple[str, str]]:
     positive = numeric and min(xs) > 0
     logx = bool(positive and max(xs) / min(xs) >= 50)
     figures = []
+    values = [y for ys in series.values() for y in ys if not math.isnan(y)]
+    spread = f" (max/min {100 * (max(values) / min(values) - 1):.1f}% apart)" if values and min(values) > 0 else ""
     line_plot(
         os.path.join(folder, "step_time.png"), xs, series, first.field, "step time (ms)",
-        f"step time vs {first.field}", logx=logx,
+        f"step time vs {first.field}{spread}", logx=logx, y_from_zero=True,
     )
     figures.append(("step_time.png", f"Step time vs {first.field}"))
     shown = ok[:_MAX_BARS]

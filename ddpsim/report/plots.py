@@ -41,6 +41,21 @@ def timeline_ranks(result: Result, max_ranks: int = 8) -> list[int]:
     return sorted(ranks)
 
 
+def ranks_drawn(ranks: Sequence[int], world_size: int) -> str:
+    """What a timeline draws, for its title: ``ranks 0-7 and 12 of 16``, ``all 8 ranks``."""
+    if list(ranks) == list(range(world_size)):
+        return f"all {world_size} ranks" if world_size > 1 else "rank 0"
+    runs: list[list[int]] = []
+    for rank in sorted(ranks):
+        if runs and rank == runs[-1][-1] + 1:
+            runs[-1].append(rank)
+        else:
+            runs.append([rank])
+    parts = [f"{run[0]}-{run[-1]}" if len(run) > 2 else ", ".join(map(str, run)) for run in runs]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {listed} of {world_size}"
+
+
 _TIMELINE_PX = 11 * 110  # the timeline's width in pixels (11 in at 110 dpi, ``_save``)
 
 
@@ -83,7 +98,8 @@ def timeline_png(result: Result, path: str, max_ranks: int = 8) -> Any:
         fontsize=7,
     )
     ax.set_xlabel("time (ms)")
-    ax.set_title(f"{result.model} on {result.world_size} x {result.gpu}: step {result.step_time_s * 1e3:.2f} ms")
+    ax.set_title(f"{result.model} on {result.world_size} x {result.gpu}: step {result.step_time_s * 1e3:.2f} ms; "
+                 f"{ranks_drawn(ranks, result.world_size)}")
     handles = [Patch(color=c, label=k) for k, c in _COLOURS.items()]
     handles += [Patch(color=_COMM_COLOUR, label="all-reduce"), Patch(color=_OTHER_COLOUR, label="other")]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
@@ -99,6 +115,7 @@ def line_plot(
     title: str,
     logx: bool = False,
     mark_x: float | None = None,
+    y_from_zero: bool = False,
 ) -> Any:
     """A simple multi-series line plot (step time vs bucket cap, scaling efficiency vs GPUs, ...).
 
@@ -112,6 +129,8 @@ def line_plot(
         ax.axvline(mark_x, color="grey", linestyle="--", linewidth=1)
     if logx:
         _plain_log_ticks(ax, x)
+    if y_from_zero:  # a 0.8% spread drawn on a 47.5-47.9 axis looks like a steep V: the axis starts at 0
+        ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -695,6 +695,13 @@ def _build_custom(cluster: ClusterSpec, spec: CustomTopologySpec) -> Topology:
         seen.add(pair)
         neighbours.setdefault(link.a, set()).add(link.b)
         neighbours.setdefault(link.b, set()).add(link.a)
+    for k, link in enumerate(spec.links):
+        # a vertex that is no GPU and has one link carries no traffic: a misspelt name (sw0 for sw_0)
+        for end, vertex in (("a", link.a), ("b", link.b)):
+            if vertex not in rank_of and len(neighbours[vertex]) == 1:
+                raise ScenarioError(f"vertex {vertex!r} is not in cluster.topology.gpus and no other link reaches "
+                                    "it (a switch joins two or more vertices): a misspelt name?",
+                                    field=f"cluster.topology.links[{k}].{end}")
 
     near: dict[str, set[int]] = {}
 

@@ -142,6 +142,10 @@ READY_SLACK = 1.25
 READY_SLACK_S = 1e-3
 
 
+# the largest GPU memory of any GPU a profile could have been measured on, rounded up (B200: 192 GB)
+MAX_PARAM_BYTES = 256 * 2**30
+
+
 def load_profile(path: str) -> Workload:
     """Read a ``ddpsim.profile/1`` file; any missing or ill-typed field raises ScenarioError naming it
     (``file=path``, ``field="params[3].numel"``)."""
@@ -192,6 +196,10 @@ def profile_workload(data: dict[str, Any], path: str) -> Workload:
         dtype = dtype.removeprefix("torch.")
         if dtype not in DTYPE_BYTES:
             raise rec.error("dtype", f"expected one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+        if numel * DTYPE_BYTES[dtype] > MAX_PARAM_BYTES:
+            # a profile is measured on one GPU: no tensor it held is larger than a GPU's memory
+            raise rec.error("numel", f"{numel} elements of {dtype} is {numel * DTYPE_BYTES[dtype] / 2**40:.3g} TiB, "
+                            f"more than any GPU holds ({MAX_PARAM_BYTES / 2**30:.0f} GiB): a broken profile")
         # null readiness: the parameter got no gradient in the profiled run (unused); the compute model
         # then treats it as ready when backward ends.
         t = rec.seconds("grad_ready_s", optional=True)
