@@ -54,3 +54,14 @@ def test_a_compressed_file_reads_as_its_plain_name(tmp_path):
     assert not has_data(str(tmp_path / "absent.jsonl"))
     with pytest.raises(FileNotFoundError):
         open_data(str(tmp_path / "absent.jsonl"))
+
+
+def test_a_compressed_cpu_dry_run_is_refused_as_the_plain_one(tmp_path):
+    from ddpsim.errors import ScenarioError
+    from ddpsim.fitting.device import refuse_dry_runs
+
+    record = '{"schema": "ddpsim.ddp_run/1", "status": "ok", "fingerprint": {"gpu_name": "cpu"}}\n'
+    with gzip.open(tmp_path / "ddp_runs.jsonl.gz", "wt", encoding="utf-8") as handle:
+        handle.write(record)
+    with pytest.raises(ScenarioError, match="gpu_name"):
+        refuse_dry_runs([str(tmp_path)])

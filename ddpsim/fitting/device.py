@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from ddpsim.errors import ScenarioError
 from ddpsim.fitting.measurements import read_jsonl
+from ddpsim.jsonfile import data_name, open_data
 
 DRY_RUN = ("a CPU dry run (ddpsim measure --cpu-slots), which checks the harness, not a GPU: ddpsim fits and "
            "predicts the GPUs of its catalog; measure on a GPU host to calibrate or validate")
@@ -31,7 +32,7 @@ def refuse_dry_runs(folders: Sequence[str], option: str = "data_dir") -> None:
         if not os.path.isdir(folder):
             continue  # the readers say "not found" in their own words
         for root, _dirs, files in sorted(os.walk(folder)):
-            for name in sorted(files):
+            for name in sorted({data_name(name) for name in files}):  # a committed record file may be .gz
                 path = os.path.join(root, name)
                 if name == "plan.json":
                     _check_plan(path, option)
@@ -53,9 +54,9 @@ def _check_plan(path: str, option: str) -> None:
 
 def _check_records(path: str) -> None:
     try:
-        with open(path, encoding="utf-8") as handle:
+        with open_data(path) as handle:
             lines = handle.read().splitlines()
-    except (OSError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError, EOFError):
         return  # the file's own reader names it
     for number, line in enumerate(lines, start=1):
         try:
