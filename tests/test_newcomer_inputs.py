@@ -16,6 +16,7 @@ import pytest
 
 from ddpsim.cli.main import main
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -82,7 +83,7 @@ def test_a_loss_fn_returning_a_float_is_named():
 # --- validate-fsdp -----------------------------------------------------------------------------------
 
 def _fsdp_first() -> dict:
-    with open(FSDP, encoding="utf-8") as handle:
+    with open_data(FSDP) as handle:
         return json.loads(handle.readline())
 
 
@@ -302,7 +303,7 @@ def _dry_run_copy(tmp_path, plan_says: bool, records_say: bool) -> str:
         (folder / "plan.json").write_text(json.dumps(dict(plan, cpu_dry_run=True)))
     if records_say:
         for name in ("allreduce.jsonl", "ddp_runs.jsonl"):
-            lines = [json.loads(x) for x in (folder / name).read_text().splitlines() if x.strip()]
+            lines = [json.loads(x) for x in open_data(folder / name).read().splitlines() if x.strip()]
             for record in lines:
                 record["fingerprint"] = dict(record.get("fingerprint") or {}, gpu_name="cpu")
             (folder / name).write_text("".join(json.dumps(r) + "\n" for r in lines))

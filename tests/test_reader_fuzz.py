@@ -19,6 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddpsim.errors import ScenarioError
+from ddpsim.jsonfile import open_data
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, "validation", "data")
@@ -90,7 +91,7 @@ def _one_line(error: ScenarioError) -> None:
 
 
 def _records(path: str, limit: int = 4) -> list[dict]:
-    with open(path, encoding="utf-8") as handle:
+    with open_data(path) as handle:
         return [json.loads(line) for line in handle.read().splitlines()[:limit] if line.strip()]
 
 
