@@ -428,10 +428,19 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     missing from it get no gradient. A factory may instead return ``(model, make_batch[, loss_fn])``, as
     ``ddpsim measure --model`` takes it: the input is then ``make_batch(batch_size, device, seed)``'s
     (its ``x`` for a batch ``(x, y)``). ``optimizer`` (a name of ``workload.optimizer``; "" = none known)
-    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory.
+    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory. An autocast
+    the factory opens on "cuda" or on the batch's device runs on the CPU (``torch_autocast``).
     """
     torch = _require_torch()
     _check_precision(precision)
+    from ddpsim.workload.torch_autocast import autocast_on_cpu
+
+    with autocast_on_cpu(torch):
+        return _import_torch_model(torch, spec, batch_size, precision, seq_len, optimizer)
+
+
+def _import_torch_model(torch: Any, spec: str, batch_size: int, precision: str, seq_len: int | None,
+                        optimizer: str) -> Workload:
     factory, py_module = _load_factory(spec)
     try:
         with torch.device("meta"):
