@@ -157,7 +157,7 @@ def _global_peak_tracker(tracker_class: Any) -> Any:
     figures come from the pre- and post-forward snapshots its hooks take), and the global peak is updated the
     same way."""
 
-    class GlobalPeakTracker(tracker_class):  # type: ignore[misc, valid-type]
+    class GlobalPeakTracker(tracker_class):
         def _update_peak_stats(self, peak_state: Any) -> None:
             for dev, dev_snap in self._curr_mem_snap.items():
                 total = dev_snap[_TOTAL]
