@@ -29,7 +29,8 @@ def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
     if model.startswith(HF_PREFIX):
         from ddpsim.workload.torch_import import import_hf_model
 
-        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir)
+        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir,
+                               _optimizer_of(spec))
     if model.startswith(PROFILE_PREFIX):
         return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
     if model.startswith(TRACE_PREFIX):

@@ -546,16 +546,19 @@ def _fake_step(torch: Any, factory: Any, py_module: Any, batch_size: int,
     return build
 
 
-def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str) -> Workload:
+def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str,
+                    optimizer: str = "") -> Workload:
     """A Hugging Face model built from its config on the meta device: ``GPT2Config`` (a config class),
     ``GPT2LMHeadModel`` (a model class), ``path/config.json`` (relative to ``base_dir``, the scenario's
     folder) or ``org/name`` (the local Hugging Face cache's config only: nothing is downloaded). Names
     are read, and the model chosen, as ``ddpsim measure --model hf:...`` does (ddpsim/measure/hf.py):
-    its causal-LM head, else its masked-LM head, else the bare model, trained on its own LM loss over
-    random token ids of ``seq_len`` (default: the shorter of 512 and the model's positions)."""
+    its sequence-to-sequence head for an encoder-decoder, else its causal-LM head, else its masked-LM head,
+    else the bare model, trained on its own LM loss over random token ids of ``seq_len`` (default: the shorter
+    of 512 and the model's positions). ``optimizer`` (a name of ``workload.optimizer``; "" = none known) runs
+    PyTorch's MemTracker over the same training step on fake tensors, as for a ``torch:`` model."""
     torch = _require_torch()
     _check_precision(precision)
-    from ddpsim.measure.hf import build_model, checked_seq, load_model_source
+    from ddpsim.measure.hf import build_model, checked_seq, load_model_source, token_inputs
     from ddpsim.measure.spec import ModelArgError
 
     name = f"hf:{what}"
@@ -580,9 +583,19 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
     except ModelArgError as err:
         raise ScenarioError(str(err).removeprefix("model "), field="workload.seq_len") from None
     ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
-    kwargs = {"input_ids": ids, "labels": ids} if has_head else {"input_ids": ids}
+    kwargs = token_inputs(model, ids, has_head)
     source = f"token ids ({batch_size}, {seq}){' as labels too' if has_head else ''}"
-    return _describe(torch, model, ((), kwargs), name, name, batch_size, precision, seq, source, "")
+    workload = _describe(torch, model, ((), kwargs), name, name, batch_size, precision, seq, source, "")
+    if not optimizer:
+        return workload
+    from ddpsim.workload.torch_import_memory import hf_loss, with_step_memory
+
+    def build() -> tuple[Any, Callable[[Any], Any]]:
+        fake, head = build_model(config, model_class)
+        tokens = torch.zeros(batch_size, seq, dtype=torch.long)
+        return fake, lambda m: hf_loss(torch, m(**token_inputs(m, tokens, head)))
+
+    return with_step_memory(torch, workload, build, optimizer)
 
 
 def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str, name: str,
@@ -598,6 +611,13 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
     except _ForwardFailed as failed:
         err = failed.error
         where = f" in {failed.module} ({type(model.get_submodule(failed.module)).__name__})" if failed.module else ""
+        op = data_dependent_op(err)
+        if op:
+            measured = name if name.startswith("hf:") else spec
+            raise ScenarioError(f"forward of {spec}{where} takes a shape or a branch from the data ({op}), which "
+                                "cannot be traced on the CPU without the data; measure the step on a GPU with "
+                                f"`ddpsim measure --model {measured}` and name the profile it writes: "
+                                "workload.model: profile:PATH", field=FIELD) from None
         raise ScenarioError(f"forward of {spec} on {source} failed on the meta device{where}: "
                             f"{type(err).__name__}: {_first_line(err)}" + (f"; {hint}" if hint else ""),
                             field=FIELD) from None
@@ -663,7 +683,25 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
     )
 
 
-def _first_line(err: Exception) -> str:
+# What the meta device and fake tensors say when an op needs the data: (text in the error, the op to name)
+_DATA_DEPENDENT = (("torch.nonzero", "torch.nonzero (boolean-mask indexing, torch.where(mask))"),
+                   ("aten.nonzero", "torch.nonzero (boolean-mask indexing, torch.where(mask))"),
+                   ("item() cannot be called on meta", "Tensor.item() (a Python branch or size from a tensor's value)"),
+                   ("aten._local_scalar_dense", "Tensor.item() (a Python branch or size from a tensor's value)"),
+                   ("masked_select", "torch.masked_select"), ("aten.unique", "torch.unique"),
+                   ("aten.repeat_interleave", "torch.repeat_interleave with tensor repeats"))
+
+
+def data_dependent_op(err: BaseException) -> str:
+    """The operation whose output shape (or a Python branch) depends on tensor values, when ``err`` says so; ""
+    otherwise. Routing a mixture of experts' tokens by index is the usual case."""
+    text = f"{type(err).__name__}: {err}"
+    if type(err).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException"):
+        return next((op for key, op in _DATA_DEPENDENT if key in text), _first_line(err) or type(err).__name__)
+    return next((op for key, op in _DATA_DEPENDENT if key in text), "")
+
+
+def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 

@@ -80,6 +80,12 @@ def default_loss(torch: Any, model: Any, batch: Any) -> Any:
     return _outputs_loss(torch, out)
 
 
+def hf_loss(torch: Any, out: Any) -> Any:
+    """A Hugging Face model's training loss: its own LM loss where it computed one, else ``_outputs_loss``."""
+    loss = getattr(out, "loss", None)
+    return loss if isinstance(loss, torch.Tensor) else _outputs_loss(torch, out)
+
+
 def _outputs_loss(torch: Any, out: Any) -> Any:
     if isinstance(out, torch.Tensor):
         return out.float().pow(2).mean()
@@ -109,7 +115,8 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
     amp = precision != "fp32"
     dtype = torch.float16 if precision == "fp16-amp" else torch.bfloat16
     try:
-        with FakeTensorMode(allow_non_fake_inputs=True), _sdpa_without_dropout(torch), autocast_on_cpu(torch):
+        with FakeTensorMode(allow_non_fake_inputs=True), _sdpa_without_dropout(torch), autocast_on_cpu(torch), \
+                _grouped_mm_at_16_bits(torch):
             model, loss_of = build()
             model.train()
             opt = make_optimizer(torch, [p for p in model.parameters() if p.requires_grad], optimizer)
@@ -148,6 +155,25 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
              "other": by.get("Temp", 0.0) + by.get("Other", 0.0)}
     peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE)
     return StepMemory(peak, kept, by_block)
+
+
+def _grouped_mm_at_16_bits(torch: Any) -> Any:
+    """A mixture of experts' grouped matmul (``grouped_mm``, transformers' MoE layers) on fp32 operands, as DDP keeps
+    an fp32 model's weights: torch's fake kernel takes bf16 only (as the GPU's does), so the operands are cast to
+    bf16 first, which is what autocast does to a matrix product's operands (the cast weights are autocast's
+    16-bit copies)."""
+    from torch.overrides import TorchFunctionMode
+
+    grouped = {f for f in (getattr(torch.nn.functional, "grouped_mm", None), getattr(torch, "_grouped_mm", None))
+               if f is not None}
+
+    class _Cast(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in grouped and len(args) >= 2 and args[0].dtype == torch.float32:
+                args = (args[0].to(torch.bfloat16), args[1].to(torch.bfloat16), *args[2:])
+            return func(*args, **(kwargs or {}))
+
+    return _Cast()
 
 
 def _global_peak_tracker(tracker_class: Any) -> Any:
