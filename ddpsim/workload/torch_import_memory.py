@@ -130,6 +130,8 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
                     else:
                         loss = loss_of(model)
                     loss.backward()
+                    if step == 1:
+                        backward_by_type = dict(next(iter(tracker._peak_mem_snap.values()), {}))
                     if opt is not None:
                         opt.step()
                         opt.zero_grad(set_to_none=True)
@@ -137,6 +139,12 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
                         model.zero_grad(set_to_none=True)
                     if step == 0:
                         tracker.reset_mod_stats()  # module figures of the second step: states in place
+                        overall = (dict(tracker._peak_mem), dict(tracker._peak_mem_snap))
+                        tracker._peak_mem.clear()  # the second step's forward and backward alone, states in place
+                        tracker._peak_mem_snap.clear()
+            for dev, total in overall[0].items():  # the step's peak: the larger of both steps'
+                if tracker._peak_mem.get(dev, 0) < total:
+                    tracker._peak_mem[dev], tracker._peak_mem_snap[dev] = total, overall[1][dev]
             peak_by_type = next(iter(tracker.get_tracker_snapshot("peak").values()))
             kept = _forward_kept(tracker, model, _ModState)
             by_block = {}
@@ -149,11 +157,9 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
     except Exception as err:  # the user's step on fake tensors: any failure means "no estimate", with why
         text = str(err).strip().splitlines()[0] if str(err).strip() else ""
         raise MemoryEstimateError(f"the step failed under FakeTensorMode: {type(err).__name__}: {text}") from None
-    by = {str(getattr(k, "value", k)): float(v) for k, v in peak_by_type.items()}
-    parts = {"parameters": by.get("Parameter", 0.0) + by.get("Buffer", 0.0), "gradients": by.get("Gradient", 0.0),
-             "optimizer_states": by.get("Optstate", 0.0), "activations": by.get("Activation", 0.0),
-             "other": by.get("Temp", 0.0) + by.get("Other", 0.0)}
-    peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE)
+    parts = _parts(peak_by_type)
+    peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE,
+                      backward_parts=_parts(backward_by_type))
     return StepMemory(peak, kept, by_block)
 
 
@@ -219,6 +225,14 @@ def _sdpa_without_dropout(torch: Any) -> Iterator[None]:
         yield
     finally:
         functional.scaled_dot_product_attention = original
+
+
+def _parts(by_type: dict[Any, Any]) -> dict[str, float]:
+    """MemTracker's reference types as PeakMemory's parts."""
+    by = {str(getattr(k, "value", k)): float(v) for k, v in by_type.items()}
+    return {"parameters": by.get("Parameter", 0.0) + by.get("Buffer", 0.0), "gradients": by.get("Gradient", 0.0),
+            "optimizer_states": by.get("Optstate", 0.0), "activations": by.get("Activation", 0.0),
+            "other": by.get("Temp", 0.0) + by.get("Other", 0.0)}
 
 
 def _forward_kept(tracker: Any, module: Any, states: Any) -> float:

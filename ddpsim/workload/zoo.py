@@ -51,6 +51,7 @@ class _Builder:
         self.layers: list[Layer] = []
         self.activation_bytes = 0.0
         self.saved_by_layer: dict[str, float] = {}
+        self.transient_bytes = 0.0
 
     def add(
         self,
@@ -127,6 +128,7 @@ class _Builder:
             activation_bytes=self.activation_bytes,
             activation_source="the zoo's count of what autograd saves per layer",
             activation_bytes_by_layer=dict(self.saved_by_layer),
+            transient_bytes=self.transient_bytes,
             forward_order=forward_order,
         )
 
@@ -233,6 +235,8 @@ def _lm_head(b: _Builder, name: str, n_tokens: int, d: int, vocab: int, params: 
     logits are written, cast, read by log_softmax, which writes and saves its fp32 output."""
     logits = n_tokens * vocab
     loss_passes = 4.0 * 4 / b.elt  # 4 fp32 passes over the logits, expressed in element passes
+    # backward starts with log-softmax's: its fp32 gradient in and out over the logits live beside every activation
+    b.transient_bytes = max(b.transient_bytes, 8.0 * logits)
     b.add(name, params, flops=2.0 * n_tokens * d * vocab, in_elems=n_tokens * d, out_elems=logits,
           extra_elems=loss_passes * logits, kernels=4, matmul_weight=vocab * d,
           saved_elems=n_tokens * d + logits * 4 / b.elt)
