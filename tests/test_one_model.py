@@ -33,10 +33,13 @@ def _hf_llama(d=D, ff=FF, vocab=V, layers=1):
     return transformers.AutoModelForCausalLM.from_config(config)
 
 
-def _block_saved_bytes(amp: bool) -> float:
+def _block_saved_bytes(amp: bool, bf16_params: bool = False) -> float:
     """Real torch on the CPU: the unique storages one decoder layer saves for backward, less the parameters and
-    autocast's 16-bit copies of them (shaped as a weight: the memory model counts those as parameters' copies)."""
+    autocast's 16-bit copies of them (shaped as a weight: the memory model counts those as parameters' copies).
+    ``bf16_params``: the model itself in bf16, no autocast (what FSDP2 computes with under param_dtype bf16)."""
     model = _hf_llama()
+    if bf16_params:
+        model = model.to(torch.bfloat16)
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
     weight_shapes = {tuple(p.shape) for p in model.parameters()} | {tuple(p.shape)[::-1] for p in model.parameters()}
     seen: dict[int, int] = {}
@@ -66,6 +69,13 @@ def test_the_zoos_llama_block_saves_what_transformers_llama_block_saves(precisio
     assert block == pytest.approx(B * T * per_token, rel=1e-9)
     # torch's hooks also see the small tensors (RMSNorm's rsqrt, SDPA's logsumexp, RoPE's cos and sin)
     assert block == pytest.approx(_block_saved_bytes(precision == "bf16-amp"), rel=0.03)
+
+
+def test_the_zoos_llama_block_computing_in_bf16_saves_what_transformers_llama_in_bf16_saves():
+    zoo = llama_workload(B, "bf16-amp", T, 1, D, FF, V, compute="bf16")
+    block = sum(v for k, v in zoo.activation_bytes_by_layer.items() if k.startswith("model.layers.0."))
+    assert block == pytest.approx(B * T * (24 * D + 8 * FF), rel=1e-9)
+    assert block == pytest.approx(_block_saved_bytes(False, bf16_params=True), rel=0.03)
 
 
 # A LLaMA shaped as Llama 2 7B's ratios (ff / d = 2.69, vocab / d = 7.8) at a size the CPU runs in seconds

@@ -302,7 +302,7 @@ def _bert_large(b: _Builder, seq: int, n_layer: int = 24, d: int = 1024, ff: int
 
 
 def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int = 11008,
-              vocab: int = 32000, kv: int | None = None) -> list[str]:
+              vocab: int = 32000, kv: int | None = None, compute: str = "autocast", norm: str = "eager") -> list[str]:
     """HF LlamaForCausalLM (LLaMA-7B; Llama 3 8B with ``ff`` 14336, ``vocab`` 128256 and grouped-query
     attention: ``kv`` = 8 key/value heads of 128 = 1024): no biases, RMSNorm weights, lm_head untied.
     Registered per decoder layer: self_attn (q, k, v, o), mlp (gate, up, down), input_layernorm,
@@ -316,10 +316,21 @@ def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int =
     input, a view of it); SiLU its input, the gate-times-up product both operands, down its input (4 ff e). Per
     block 34 d + 8 ff bytes per token under bf16 AMP, 40 d + 16 ff in fp32 (tests/test_one_model.py checks it with
     torch's saved-tensor hooks on transformers' own LLaMA). The head: the final norm 8d, lm_head's input d e and
-    log-softmax's fp32 output 4 vocab."""
+    log-softmax's fp32 output 4 vocab.
+
+    ``compute`` "bf16": the parameters themselves are 16-bit while they compute (FSDP2's MixedPrecisionPolicy with
+    param_dtype bf16, no autocast): the residual stream is bf16, each projection reads the norm's bf16 output as it
+    is (one tensor shared by q, k and v, one by gate and up), and an eager RMSNorm saves its fp32 upcast (4d) and its
+    bf16 normalised output (2d): 24 d + 8 ff per token. ``norm`` "fused" (torchtitan's fused_rmsnorm): a norm saves
+    its input and a per-token rstd only (2d at bf16): 16 d + 8 ff."""
+    if compute not in ("autocast", "bf16") or norm not in ("eager", "fused"):
+        raise ValueError(f"compute {compute!r}, norm {norm!r}")
     bt = b.batch * seq
-    amp_copies = 1.0 if b.amp else 0.0  # a projection's own cast of its input (AMP), else the shared input
-    norm_saved = 8.0 / b.elt * bt * d  # in elements of b.elt: fp32 input and fp32 output
+    bf16_params = compute == "bf16"
+    # a projection's own cast of its input (autocast over fp32 parameters), else the one shared input
+    amp_copies = 1.0 if b.amp and not bf16_params else 0.0
+    norm_bytes = (2.0 if norm == "fused" else 6.0) if bf16_params else 8.0
+    norm_saved = norm_bytes / b.elt * bt * d  # in elements of b.elt
     _embedding(b, "model.embed_tokens", vocab, d, bt)
     registration = ["model.embed_tokens"]
     for i in range(n_layer):
@@ -349,12 +360,18 @@ def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int =
 
 
 def llama_workload(batch_size: int, precision: str, seq_len: int, n_layer: int, d: int, ff: int, vocab: int,
-                   kv: int | None = None, name: str = "llama") -> Workload:
+                   kv: int | None = None, name: str = "llama", compute: str = "autocast",
+                   norm: str = "eager") -> Workload:
     """The zoo's LLaMA (HF LlamaForCausalLM's layout and saved tensors) at any size: ``llama-7b`` is
-    (32, 4096, 11008, 32000), ``llama3-8b`` (32, 4096, 14336, 128256, kv 1024)."""
+    (32, 4096, 11008, 32000), ``llama3-8b`` (32, 4096, 14336, 128256, kv 1024). ``compute`` and ``norm``: see
+    ``_llama_7b`` (FSDP2's bf16 compute; torchtitan's fused RMSNorm)."""
     b = _Builder(batch_size, precision)
-    registration = _llama_7b(b, seq_len, n_layer, d, ff, vocab, kv)
-    return b.build(name, precision, seq_len, registration)
+    registration = _llama_7b(b, seq_len, n_layer, d, ff, vocab, kv, compute, norm)
+    workload = b.build(name, precision, seq_len, registration)
+    if compute == "bf16":
+        return replace(workload, activation_source="the zoo's count of what autograd saves per layer, the parameters "
+                       f"computing in bf16{' with a fused RMSNorm' if norm == 'fused' else ''}")
+    return workload
 
 
 def _mlp(b: _Builder, depth: int, width: int, n_rows: int) -> None:
