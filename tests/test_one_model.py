@@ -155,3 +155,20 @@ def test_one_llama_named_three_ways_has_one_answer(three_names):
     activations = _closed_form_activations() - 2 * (s["n_layer"] * (4 * d * d + 3 * d * ff) + s["vocab"] * d)
     loss = 8 * s["batch"] * s["seq"] * s["vocab"]
     assert min(values) <= states + gathered + activations + loss <= max(values) * 1.05
+
+
+@pytest.mark.skipif(not torch_version_ok(torch)[0], reason="MemTracker is used on the tested torch versions only")
+def test_an_hf_models_memory_row_says_where_its_activations_come_from(tmp_path):
+    from ddpsim.loader import scenario_from_dict
+    from ddpsim.simulation import simulate
+
+    config = {"model_type": "llama", "num_hidden_layers": 1, "hidden_size": D, "num_attention_heads": HEADS,
+              "intermediate_size": FF, "vocab_size": V, "max_position_embeddings": 512}
+    (tmp_path / "llama.json").write_text(json.dumps(config))
+    result = simulate(scenario_from_dict({
+        "workload": {"model": f"hf:{tmp_path / 'llama.json'}", "batch_size": B, "precision": "bf16-amp", "seq_len": T},
+        "cluster": {"gpu": "H100-SXM", "nodes": 1, "gpus_per_node": 2},
+        "simulation": {"mode": "fast", "iterations": 1}}))
+    text = result.value_sources["memory"]
+    assert "NOT KNOWN" not in text and "MemTracker" in text
+    assert result.memory_bytes["activations"] > 0
