@@ -122,7 +122,11 @@ def memory_source(scenario: Scenario, workload: Workload) -> str:
         parts.append(f"the loss's temporaries {workload.transient_bytes / 2**30:.2f} GiB at the start of backward "
                      "(the zoo's count: log-softmax's fp32 gradient in and out over the logits)")
     every = checkpoint_every(scenario.workload.activation_checkpointing)
-    if every:
+    if every and workload.peak_memory is not None and every in workload.peak_memory.checkpointed:
+        parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {every}th block'}: "
+                     f"the step's peak from {workload.peak_memory.checkpointed[every].source} "
+                     "(torch.utils.checkpoint, non-reentrant)")
+    elif every:
         parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {every}th block'}: "
                      "each keeps its input, one block's activations live again in backward")
     return "; ".join(parts)

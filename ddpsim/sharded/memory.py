@@ -18,7 +18,7 @@ AMP, as ddp counts them. Peak = the sum: every part is live at the start of back
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.compute import memory_per_gpu
@@ -71,7 +71,14 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
                    checkpoint_every: int = 0) -> dict[str, float]:
     """Bytes per GPU by part, and their ``total``, for one strategy (see the module's text).
     ``checkpoint_every``: activation checkpointing of every k-th block (0: none; sharded.checkpointing)."""
-    activations = (checkpointed_activation_bytes(workload, units, checkpoint_every) if checkpoint_every else None)
+    tracked = workload.peak_memory.checkpointed.get(checkpoint_every) if workload.peak_memory and checkpoint_every \
+        else None
+    if tracked is not None:
+        # PyTorch's MemTracker ran the step with those blocks checkpointed: its peak, not the formula
+        workload = replace(workload, peak_memory=tracked)
+        activations = None
+    else:
+        activations = checkpointed_activation_bytes(workload, units, checkpoint_every) if checkpoint_every else None
     replicated = memory_per_gpu(workload, optimizer, gradient_as_bucket_view, activations)
     if strategy == "ddp":
         return replicated

@@ -85,6 +85,9 @@ class PeakMemory:
     # aside), where known: what a sharded step's peak is made of when sharding divides the states the world-size-1
     # peak was made of (PyTorch's MemTracker gives it; None: not known)
     backward_parts: dict[str, float] | None = None
+    # The same step with every k-th block checkpointed (torch.utils.checkpoint, non-reentrant), by k: its own peak,
+    # where the tracker ran it (the scenario asked for checkpointing)
+    checkpointed: dict[int, PeakMemory] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

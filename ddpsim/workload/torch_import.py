@@ -416,7 +416,7 @@ def _check_precision(precision: str) -> None:
 
 
 def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None,
-                       optimizer: str = "") -> Workload:
+                       optimizer: str = "", checkpoint_every: int = 0) -> Workload:
     """Build ``package.module:factory()`` on the meta device and describe it as DDP would see it.
 
     Inputs: the module's (or the factory's Python module's) ``example_input(batch_size, seq_len)``,
@@ -428,7 +428,8 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     missing from it get no gradient. A factory may instead return ``(model, make_batch[, loss_fn])``, as
     ``ddpsim measure --model`` takes it: the input is then ``make_batch(batch_size, device, seed)``'s
     (its ``x`` for a batch ``(x, y)``). ``optimizer`` (a name of ``workload.optimizer``; "" = none known)
-    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory. An autocast
+    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory (and over the step
+    with every ``checkpoint_every``-th block checkpointed, where > 0). An autocast
     the factory opens on "cuda" or on the batch's device runs on the CPU (``torch_autocast``).
     """
     torch = _require_torch()
@@ -436,11 +437,11 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     from ddpsim.workload.torch_autocast import autocast_on_cpu
 
     with autocast_on_cpu(torch):
-        return _import_torch_model(torch, spec, batch_size, precision, seq_len, optimizer)
+        return _import_torch_model(torch, spec, batch_size, precision, seq_len, optimizer, checkpoint_every)
 
 
 def _import_torch_model(torch: Any, spec: str, batch_size: int, precision: str, seq_len: int | None,
-                        optimizer: str) -> Workload:
+                        optimizer: str, checkpoint_every: int = 0) -> Workload:
     factory, py_module = _load_factory(spec)
     try:
         with torch.device("meta"):
@@ -475,7 +476,8 @@ def _import_torch_model(torch: Any, spec: str, batch_size: int, precision: str, 
         return workload
     from ddpsim.workload.torch_import_memory import with_step_memory
 
-    return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer)
+    return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer,
+                            checkpoint_every)
 
 
 class _InputsSeen(Exception):
@@ -547,7 +549,7 @@ def _fake_step(torch: Any, factory: Any, py_module: Any, batch_size: int,
 
 
 def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str,
-                    optimizer: str = "") -> Workload:
+                    optimizer: str = "", checkpoint_every: int = 0) -> Workload:
     """A Hugging Face model built from its config on the meta device: ``GPT2Config`` (a config class),
     ``GPT2LMHeadModel`` (a model class), ``path/config.json`` (relative to ``base_dir``, the scenario's
     folder) or ``org/name`` (the local Hugging Face cache's config only: nothing is downloaded). Names
@@ -595,7 +597,7 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
         tokens = torch.zeros(batch_size, seq, dtype=torch.long)
         return fake, lambda m: hf_loss(torch, m(**token_inputs(m, tokens, head)))
 
-    return with_step_memory(torch, workload, build, optimizer)
+    return with_step_memory(torch, workload, build, optimizer, checkpoint_every)
 
 
 def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str, name: str,

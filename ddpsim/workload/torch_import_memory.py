@@ -97,10 +97,11 @@ def _outputs_loss(torch: Any, out: Any) -> Any:
 
 
 def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]], precision: str, optimizer: str,
-                blocks: list[str]) -> StepMemory:
+                blocks: list[str], checkpointed: tuple[str, ...] = ()) -> StepMemory:
     """The estimate for a model ``build()`` returns with a function giving the step's loss (called with the
     model, under autocast where ``precision`` asks); ``blocks`` are module names whose forward's kept
-    activations are reported one by one. Raises MemoryEstimateError with the reason."""
+    activations are reported one by one; ``checkpointed`` module names run under ``torch.utils.checkpoint``
+    (non-reentrant, as torchtitan and FSDP recipes wrap their blocks). Raises MemoryEstimateError with the reason."""
     ok, version = torch_version_ok(torch)
     if not ok:
         raise MemoryEstimateError(f"torch {version}: MemTracker is private and tested here with torch "
@@ -119,6 +120,8 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
                 _grouped_mm_at_16_bits(torch):
             model, loss_of = build()
             model.train()
+            for name in checkpointed:
+                _checkpoint(torch, model.get_submodule(name))
             opt = make_optimizer(torch, [p for p in model.parameters() if p.requires_grad], optimizer)
             tracker = _global_peak_tracker(MemTracker)()
             tracker.track_external(model, *([opt] if opt is not None else []))
@@ -161,6 +164,18 @@ def step_memory(torch: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]
     peak = PeakMemory(peak_bytes=sum(parts.values()), parts=parts, optimizer=optimizer, source=SOURCE,
                       backward_parts=_parts(backward_by_type))
     return StepMemory(peak, kept, by_block)
+
+
+def _checkpoint(torch: Any, module: Any) -> None:
+    """``module``'s forward under non-reentrant checkpointing: it keeps its inputs, and runs again in backward."""
+    from torch.utils.checkpoint import checkpoint
+
+    forward = module.forward
+
+    def checkpointed(*args: Any, **kwargs: Any) -> Any:
+        return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+    module.forward = checkpointed
 
 
 def _grouped_mm_at_16_bits(torch: Any) -> Any:
@@ -250,16 +265,26 @@ def _forward_kept(tracker: Any, module: Any, states: Any) -> float:
 
 
 def with_step_memory(torch: Any, workload: Any, build: Callable[[], tuple[Any, Callable[[Any], Any]]],
-                     optimizer: str) -> Any:
+                     optimizer: str, checkpoint_every: int = 0) -> Any:
     """``workload`` with MemTracker's estimate (peak by part, activations, per block), or, where the tracker
-    cannot run, the workload as it was with a note saying why its activations are the importer's rough guess."""
+    cannot run, the workload as it was with a note saying why its activations are the importer's rough guess.
+    ``checkpoint_every`` k > 0: the step with every k-th block checkpointed is tracked too (the blocks of
+    ``sharded.checkpointing``), its peak kept in ``peak_memory.checkpointed[k]``."""
     from dataclasses import replace
 
+    from ddpsim.sharded.checkpointing import checkpointed_units
     from ddpsim.sharded.units import ROOT, shard_units
 
-    blocks = [u.name for u in shard_units(workload) if u.name != ROOT]
+    units = shard_units(workload)
+    blocks = [u.name for u in units if u.name != ROOT]
+    chosen = tuple(u.name for u in checkpointed_units(units, checkpoint_every))
     try:
         estimate = step_memory(torch, build, workload.precision, optimizer, blocks)
+        if chosen:
+            with_ckpt = step_memory(torch, build, workload.precision, optimizer, [], chosen).peak
+            estimate = StepMemory(replace(estimate.peak, checkpointed={checkpoint_every: replace(
+                with_ckpt, source=f"{SOURCE}, every {checkpoint_every} block(s) checkpointed")}),
+                estimate.activation_bytes, estimate.activation_bytes_by_layer)
     except MemoryEstimateError as err:
         return replace(workload, optimizer=optimizer, activation_source=(
             f"the torch importer's rough estimate (a third of each layer's forward traffic): {SOURCE} did not "
