@@ -101,3 +101,45 @@ def test_autocast_on_cpu_restores_torch_autocast(factory):
     with pytest.raises(RuntimeError, match="meta"):
         with torch.autocast("meta", dtype=torch.bfloat16):
             pass
+
+
+MOE = '''
+import torch, torch.nn as nn
+
+
+class MoE(nn.Module):
+    def __init__(self, d=32, experts=4):
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.ModuleList(nn.Linear(d, d) for _ in range(experts))
+
+    def forward(self, x):
+        choice = self.router(x).argmax(-1)
+        out = torch.zeros_like(x)
+        for i, expert in enumerate(self.experts):
+            rows = torch.nonzero(choice == i).squeeze(-1)  # how many rows: known from the data only
+            out[rows] = expert(x[rows])
+        return out
+
+
+def build():
+    def make_batch(batch_size, device, seed):
+        return torch.randn(batch_size, 32).to(device), torch.randn(batch_size, 32).to(device)
+    return nn.Sequential(nn.Linear(32, 32), MoE()), make_batch
+'''
+
+
+def test_a_data_dependent_route_fails_in_one_line_naming_the_op_and_the_way_out(tmp_path, monkeypatch, capsys):
+    from ddpsim.cli import main
+
+    (tmp_path / "user_moe.py").write_text(MOE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("user_moe", None)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("workload: {model: 'torch:user_moe:build', batch_size: 8, precision: bf16-amp}\n"
+                        "cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 2}\n")
+    assert main(["run", str(scenario)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "torch.nonzero" in err and "profile:" in err and "ddpsim measure --model user_moe:build" in err
+    sys.modules.pop("user_moe", None)
