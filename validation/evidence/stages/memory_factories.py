@@ -41,12 +41,13 @@ def predict(record: dict[str, Any]) -> dict[str, Any]:
     from ddpsim.workload.torch_import import import_torch_model
 
     precision = PRECISIONS[record["precision"]]
+    every = checkpoint_every(record["checkpointing"])
     try:
+        # the checkpointed step tracked as PyTorch runs it, as a scenario asking for checkpointing has it tracked
         workload = import_torch_model(record["factory"], record["batch_size"], precision, record.get("seq_len"),
-                                      "adamw")
+                                      "adamw", every)
     except ScenarioError as err:
         return {**_key(record), "refused": err.detail}
-    every = checkpoint_every(record["checkpointing"])
     memory = sharded_memory(workload, "ddp", 1, shard_units(workload), resolve_precision("auto", "auto", precision),
                             gradient_as_bucket_view=True, optimizer="adamw", checkpoint_every=every)
     measured = float(record["peak_allocated_bytes"])
