@@ -113,12 +113,21 @@ def memory_source(scenario: Scenario, workload: Workload) -> str:
     if workload.peak_memory is not None:
         parts.append(f"the step's peak by part from {workload.peak_memory.source}")
     if workload.activation_source:
-        parts.append(f"activations {workload.activation_bytes / 2**30:.2f} GiB from {workload.activation_source}")
+        copies = (" (with autocast's 16-bit weight copies, which a 16-bit FSDP param_dtype replaces)"
+                  if workload.peak_memory is not None and workload.precision != "fp32" else "")
+        parts.append(f"activations {workload.activation_bytes / 2**30:.2f} GiB{copies} from {workload.activation_source}")
     else:
         parts.append("activations NOT KNOWN, counted as 0: the workload has no measured or estimated figure "
                      "(measure it with ddpsim measure, which records them, or use torch:module:factory)")
+    if workload.transient_bytes:
+        parts.append(f"the loss's temporaries {workload.transient_bytes / 2**30:.2f} GiB at the start of backward "
+                     "(the zoo's count: log-softmax's fp32 gradient in and out over the logits)")
     every = checkpoint_every(scenario.workload.activation_checkpointing)
-    if every:
+    if every and workload.peak_memory is not None and every in workload.peak_memory.checkpointed:
+        parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {ordinal(every)} block'}: "
+                     f"the step's peak from {workload.peak_memory.checkpointed[every].source} "
+                     "(torch.utils.checkpoint, non-reentrant)")
+    elif every:
         parts.append(f"activation checkpointing of {'every block' if every == 1 else f'every {ordinal(every)} block'}: "
                      "each keeps its input, one block's activations live again in backward")
     return "; ".join(parts)

@@ -197,3 +197,15 @@ def test_a_hub_name_is_read_from_the_local_cache_offline(tmp_path, monkeypatch):
     w = import_hf_model("some-org/tiny-gpt2", 2, "fp32", 8, str(tmp_path))
     expected = _ddp_params(_cpu_model(transformers.AutoModelForCausalLM, "gpt2", SMALL["gpt2"]))
     assert {p.name: p.numel for p in w.params} == expected
+
+
+def test_an_encoder_decoder_config_trains_as_sequence_to_sequence(tmp_path):
+    """hf:T5Config (a bare config: no decoder_start_token_id) builds T5ForConditionalGeneration, whose decoder
+    reads the labels shifted right: every parameter of the encoder and the decoder gets a gradient."""
+    fields = {"num_layers": 2, "num_decoder_layers": 2, "d_model": 32, "d_kv": 8, "d_ff": 64, "num_heads": 4,
+              "vocab_size": 97}
+    w = import_hf_model(_config_file(tmp_path, "t5", fields), 2, "bf16-amp", 16, str(tmp_path))
+    expected = _ddp_params(_cpu_model(transformers.AutoModelForSeq2SeqLM, "t5", fields))
+    assert {p.name: p.numel for p in w.params} == expected
+    assert any(".decoder." in p.name or p.name.startswith("decoder.") for p in w.params)
+    assert sorted(w.grad_ready_order) == list(range(len(expected)))

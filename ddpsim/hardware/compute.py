@@ -314,5 +314,7 @@ def memory_per_gpu(workload: Workload, optimizer: str = "auto", gradient_as_buck
             "ddp_buckets": buckets,
             "activations": activations + (2.0 * n if workload.precision != "fp32" else 0.0),
         }
+        if workload.transient_bytes:
+            memory["other"] = float(workload.transient_bytes)
     memory["total"] = sum(memory.values())
     return memory

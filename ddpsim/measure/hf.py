@@ -125,11 +125,22 @@ def build_model(config: Any, model_class: type | None = None) -> tuple[nn.Module
         forward = getattr(model_class, "forward", None)
         takes_labels = forward is not None and "labels" in inspect.signature(forward).parameters
         return _named_loss(model_class(config)), takes_labels
-    for auto in (transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
+    # An encoder-decoder (T5, BART) is trained as sequence-to-sequence: its LM head builds the decoder's inputs from
+    # the labels (shifted right). Where that head takes no token ids (Whisper's takes audio features), the
+    # decoder-only head below is the one token ids can train.
+    seq2seq = (transformers.AutoModelForSeq2SeqLM,) if getattr(config, "is_encoder_decoder", False) else ()
+    if seq2seq and getattr(config, "decoder_start_token_id", None) is None:
+        # a bare config class (hf:T5Config) leaves it unset where every released T5 config starts the decoder at
+        # its padding token; the labels cannot be shifted right without it
+        config.decoder_start_token_id = getattr(config, "pad_token_id", None) or 0
+    for auto in (*seq2seq, transformers.AutoModelForCausalLM, transformers.AutoModelForMaskedLM):
         try:
-            return _named_loss(auto.from_config(config)), True
+            model = auto.from_config(config)
         except ValueError:  # this architecture has no such head
             continue
+        if auto in seq2seq and "input_ids" not in inspect.signature(model.forward).parameters:
+            continue
+        return (model if auto in seq2seq else _named_loss(model)), True  # a seq2seq head computes its own loss
     return _named_loss(transformers.AutoModel.from_config(config)), False
 
 
@@ -140,6 +151,17 @@ def _named_loss(model: nn.Module) -> nn.Module:
     if hasattr(model, "loss_type") and model.loss_type is None:
         model.loss_type = "ForCausalLM"
     return model
+
+
+def token_inputs(model: nn.Module, ids: torch.Tensor, has_head: bool) -> dict[str, torch.Tensor]:
+    """The keywords a model trains on from token ids: the ids as labels too where it has an LM head; a bare
+    encoder-decoder (hf:T5Model) reads them as its decoder's inputs as well (nothing builds those without labels)."""
+    if has_head:
+        return {"input_ids": ids, "labels": ids}
+    config = getattr(model, "config", None)
+    if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in inspect.signature(model.forward).parameters:
+        return {"input_ids": ids, "decoder_input_ids": ids}
+    return {"input_ids": ids}
 
 
 def checked_seq(config: Any, seq: int | None, name: str) -> int:
@@ -177,7 +199,7 @@ class _HFModel:
         return torch.randint(0, self.vocab, (batch_size, self.seq_len), generator=g).to(device)
 
     def loss(self, model: nn.Module, batch: torch.Tensor) -> torch.Tensor:
-        out = model(input_ids=batch, labels=batch) if self.has_head else model(input_ids=batch)
+        out = model(**token_inputs(model, batch, self.has_head))
         if getattr(out, "loss", None) is not None:
             return out.loss
         return out.last_hidden_state.float().pow(2).mean()

@@ -18,7 +18,7 @@ AMP, as ddp counts them. Peak = the sum: every part is live at the start of back
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ddpsim.errors import ScenarioError
 from ddpsim.hardware.compute import memory_per_gpu
@@ -71,7 +71,14 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
                    checkpoint_every: int = 0) -> dict[str, float]:
     """Bytes per GPU by part, and their ``total``, for one strategy (see the module's text).
     ``checkpoint_every``: activation checkpointing of every k-th block (0: none; sharded.checkpointing)."""
-    activations = (checkpointed_activation_bytes(workload, units, checkpoint_every) if checkpoint_every else None)
+    tracked = workload.peak_memory.checkpointed.get(checkpoint_every) if workload.peak_memory and checkpoint_every \
+        else None
+    if tracked is not None:
+        # PyTorch's MemTracker ran the step with those blocks checkpointed: its peak, not the formula
+        workload = replace(workload, peak_memory=tracked)
+        activations = None
+    else:
+        activations = checkpointed_activation_bytes(workload, units, checkpoint_every) if checkpoint_every else None
     replicated = memory_per_gpu(workload, optimizer, gradient_as_bucket_view, activations)
     if strategy == "ddp":
         return replicated
@@ -104,16 +111,31 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
         # the world-size-1 step's parts, sharded. Its activations hold autocast's 16-bit weight copies (made in
         # forward and saved for backward, as MemTracker and saved_tensors_hooks both see them), which FSDP2's
         # all-gathered param_dtype parameters replace when that is 16-bit.
-        memory = {
+        copies = 2.0 * n_params if amp and not autocast_copies else 0.0
+        at_peak = {
             "parameters": replicated["parameters"] / n,
             "gradients": replicated["gradients"] / n,
             "optimizer_states": replicated["optimizer_states"] / n,
             "unsharded_params": unsharded_params,
             "unsharded_grads": unsharded_grads,
-            "activations": max(replicated["activations"] - (2.0 * n_params if amp and not autocast_copies else 0.0),
-                               0.0),
+            "activations": max(replicated["activations"] - copies, 0.0),
             "other": replicated["other"],
         }
+        # The world-size-1 peak may fall in the optimizer's step (a small model, activations gone), where sharding
+        # divides the states by n: then the start of backward is the sharded step's peak, with everything forward
+        # kept (MemTracker's per-module figure, which holds autocast's copies) and no gradient yet
+        # (zero_grad(set_to_none=True)); the temporaries of the world-size-1 peak count where it fell in backward.
+        backward = peak.backward_parts
+        if backward is not None:
+            start_of_backward = dict(at_peak, gradients=backward["gradients"] / n,
+                                     activations=max(backward["activations"] - copies, 0.0) if activations is None
+                                     else at_peak["activations"], other=backward["other"])
+        else:
+            start_of_backward = dict(at_peak, gradients=0.0,
+                                     activations=max(float(workload.activation_bytes) - copies, 0.0)
+                                     if activations is None else at_peak["activations"],
+                                     other=peak.parts["other"] if peak.parts["activations"] > 0 else 0.0)
+        memory = max(at_peak, start_of_backward, key=lambda m: sum(m.values()))
     else:
         memory = {
             "parameters": param_storage / n + workload.buffer_bytes,
@@ -123,6 +145,12 @@ def sharded_memory(workload: Workload, strategy: str, n_shards: int, units: list
             "unsharded_grads": unsharded_grads,
             "activations": replicated["activations"] - (2.0 * n_params if amp else 0.0) + autocast_copies,
         }
+        if workload.transient_bytes:
+            memory["other"] = float(workload.transient_bytes)
+        # every part at once but the gradients, which exist from the end of backward, when the activations are gone
+        # (zero_grad(set_to_none=True) frees them before forward)
+        end_of_backward = dict(memory, activations=0.0, other=0.0)
+        memory = max(dict(memory, gradients=0.0), end_of_backward, key=lambda m: sum(m.values()))
     memory["total"] = sum(memory.values())
     return memory
 

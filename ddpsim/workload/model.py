@@ -81,6 +81,13 @@ class PeakMemory:
     optimizer: str  # the optimizer the step ran, in workload.optimizer's names
     source: str  # where the figure came from, for the report's from: row
     reserved_bytes: float | None = None  # the caching allocator's reserve at the peak (measured only)
+    # The same parts at the peak of forward and backward alone (optimizer states in place, the optimizer's step
+    # aside), where known: what a sharded step's peak is made of when sharding divides the states the world-size-1
+    # peak was made of (PyTorch's MemTracker gives it; None: not known)
+    backward_parts: dict[str, float] | None = None
+    # The same step with every k-th block checkpointed (torch.utils.checkpoint, non-reentrant), by k: its own peak,
+    # where the tracker ran it (the scenario asked for checkpointing)
+    checkpointed: dict[int, PeakMemory] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,9 @@ class Workload:
     # report says so), and what autograd keeps per module (module name -> bytes; empty: not known).
     activation_source: str = ""
     activation_bytes_by_layer: dict[str, float] = field(default_factory=dict)
+    # Temporaries live beside the activations at the start of backward where no measured or tracked peak gives them:
+    # the zoo's language models' loss (log-softmax's fp32 gradient in and out over the logits); 0 = none counted
+    transient_bytes: float = 0.0
     # the step's peak at world size 1 by part, where a measurement or PyTorch's MemTracker gave it
     peak_memory: PeakMemory | None = None
     # the optimizer the workload was measured or estimated with ("" = not known)

@@ -29,7 +29,8 @@ def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
     if model.startswith(HF_PREFIX):
         from ddpsim.workload.torch_import import import_hf_model
 
-        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir)
+        return import_hf_model(model[len(HF_PREFIX):].strip(), spec.batch_size, spec.precision, spec.seq_len, base_dir,
+                               _optimizer_of(spec), _checkpoint_every(spec))
     if model.startswith(PROFILE_PREFIX):
         return _load_profile(spec, model[len(PROFILE_PREFIX):].strip(), base_dir)
     if model.startswith(TRACE_PREFIX):
@@ -49,7 +50,7 @@ def load_workload(spec: WorkloadSpec, base_dir: str) -> Workload:
             sys.path.insert(0, folder)
         try:
             return import_torch_model(model[len(TORCH_PREFIX):].strip(), spec.batch_size, spec.precision,
-                                      spec.seq_len, _optimizer_of(spec))
+                                      spec.seq_len, _optimizer_of(spec), _checkpoint_every(spec))
         finally:
             if added:
                 sys.path.remove(folder)
@@ -62,6 +63,13 @@ def _optimizer_of(spec: WorkloadSpec) -> str:
     if spec.optimizer != "auto":
         return spec.optimizer
     return "adamw" if spec.seq_len is not None else "sgd_momentum"
+
+
+def _checkpoint_every(spec: WorkloadSpec) -> int:
+    """The k of workload.activation_checkpointing (0: none), for the tracker to run the checkpointed step too."""
+    from ddpsim.sharded.checkpointing import checkpoint_every
+
+    return checkpoint_every(spec.activation_checkpointing)
 
 
 def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,

@@ -416,7 +416,7 @@ def _check_precision(precision: str) -> None:
 
 
 def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int | None = None,
-                       optimizer: str = "") -> Workload:
+                       optimizer: str = "", checkpoint_every: int = 0) -> Workload:
     """Build ``package.module:factory()`` on the meta device and describe it as DDP would see it.
 
     Inputs: the module's (or the factory's Python module's) ``example_input(batch_size, seq_len)``,
@@ -428,10 +428,20 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
     missing from it get no gradient. A factory may instead return ``(model, make_batch[, loss_fn])``, as
     ``ddpsim measure --model`` takes it: the input is then ``make_batch(batch_size, device, seed)``'s
     (its ``x`` for a batch ``(x, y)``). ``optimizer`` (a name of ``workload.optimizer``; "" = none known)
-    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory.
+    runs PyTorch's MemTracker over a real training step on fake tensors for the step's peak memory (and over the step
+    with every ``checkpoint_every``-th block checkpointed, where > 0). An autocast
+    the factory opens on "cuda" or on the batch's device runs on the CPU (``torch_autocast``).
     """
     torch = _require_torch()
     _check_precision(precision)
+    from ddpsim.workload.torch_autocast import autocast_on_cpu
+
+    with autocast_on_cpu(torch):
+        return _import_torch_model(torch, spec, batch_size, precision, seq_len, optimizer, checkpoint_every)
+
+
+def _import_torch_model(torch: Any, spec: str, batch_size: int, precision: str, seq_len: int | None,
+                        optimizer: str, checkpoint_every: int = 0) -> Workload:
     factory, py_module = _load_factory(spec)
     try:
         with torch.device("meta"):
@@ -466,7 +476,8 @@ def import_torch_model(spec: str, batch_size: int, precision: str, seq_len: int 
         return workload
     from ddpsim.workload.torch_import_memory import with_step_memory
 
-    return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer)
+    return with_step_memory(torch, workload, _fake_step(torch, factory, py_module, batch_size, seq_len), optimizer,
+                            checkpoint_every)
 
 
 class _InputsSeen(Exception):
@@ -537,16 +548,19 @@ def _fake_step(torch: Any, factory: Any, py_module: Any, batch_size: int,
     return build
 
 
-def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str) -> Workload:
+def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | None, base_dir: str,
+                    optimizer: str = "", checkpoint_every: int = 0) -> Workload:
     """A Hugging Face model built from its config on the meta device: ``GPT2Config`` (a config class),
     ``GPT2LMHeadModel`` (a model class), ``path/config.json`` (relative to ``base_dir``, the scenario's
     folder) or ``org/name`` (the local Hugging Face cache's config only: nothing is downloaded). Names
     are read, and the model chosen, as ``ddpsim measure --model hf:...`` does (ddpsim/measure/hf.py):
-    its causal-LM head, else its masked-LM head, else the bare model, trained on its own LM loss over
-    random token ids of ``seq_len`` (default: the shorter of 512 and the model's positions)."""
+    its sequence-to-sequence head for an encoder-decoder, else its causal-LM head, else its masked-LM head,
+    else the bare model, trained on its own LM loss over random token ids of ``seq_len`` (default: the shorter
+    of 512 and the model's positions). ``optimizer`` (a name of ``workload.optimizer``; "" = none known) runs
+    PyTorch's MemTracker over the same training step on fake tensors, as for a ``torch:`` model."""
     torch = _require_torch()
     _check_precision(precision)
-    from ddpsim.measure.hf import build_model, checked_seq, load_model_source
+    from ddpsim.measure.hf import build_model, checked_seq, load_model_source, token_inputs
     from ddpsim.measure.spec import ModelArgError
 
     name = f"hf:{what}"
@@ -571,9 +585,19 @@ def import_hf_model(what: str, batch_size: int, precision: str, seq_len: int | N
     except ModelArgError as err:
         raise ScenarioError(str(err).removeprefix("model "), field="workload.seq_len") from None
     ids = torch.zeros(batch_size, seq, dtype=torch.long, device="meta")
-    kwargs = {"input_ids": ids, "labels": ids} if has_head else {"input_ids": ids}
+    kwargs = token_inputs(model, ids, has_head)
     source = f"token ids ({batch_size}, {seq}){' as labels too' if has_head else ''}"
-    return _describe(torch, model, ((), kwargs), name, name, batch_size, precision, seq, source, "")
+    workload = _describe(torch, model, ((), kwargs), name, name, batch_size, precision, seq, source, "")
+    if not optimizer:
+        return workload
+    from ddpsim.workload.torch_import_memory import hf_loss, with_step_memory
+
+    def build() -> tuple[Any, Callable[[Any], Any]]:
+        fake, head = build_model(config, model_class)
+        tokens = torch.zeros(batch_size, seq, dtype=torch.long)
+        return fake, lambda m: hf_loss(torch, m(**token_inputs(m, tokens, head)))
+
+    return with_step_memory(torch, workload, build, optimizer, checkpoint_every)
 
 
 def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], spec: str, name: str,
@@ -589,6 +613,13 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
     except _ForwardFailed as failed:
         err = failed.error
         where = f" in {failed.module} ({type(model.get_submodule(failed.module)).__name__})" if failed.module else ""
+        op = data_dependent_op(err)
+        if op:
+            measured = name if name.startswith("hf:") else spec
+            raise ScenarioError(f"forward of {spec}{where} takes a shape or a branch from the data ({op}), which "
+                                "cannot be traced on the CPU without the data; measure the step on a GPU with "
+                                f"`ddpsim measure --model {measured}` and name the profile it writes: "
+                                "workload.model: profile:PATH", field=FIELD) from None
         raise ScenarioError(f"forward of {spec} on {source} failed on the meta device{where}: "
                             f"{type(err).__name__}: {_first_line(err)}" + (f"; {hint}" if hint else ""),
                             field=FIELD) from None
@@ -654,7 +685,25 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
     )
 
 
-def _first_line(err: Exception) -> str:
+# What the meta device and fake tensors say when an op needs the data: (text in the error, the op to name)
+_DATA_DEPENDENT = (("torch.nonzero", "torch.nonzero (boolean-mask indexing, torch.where(mask))"),
+                   ("aten.nonzero", "torch.nonzero (boolean-mask indexing, torch.where(mask))"),
+                   ("item() cannot be called on meta", "Tensor.item() (a Python branch or size from a tensor's value)"),
+                   ("aten._local_scalar_dense", "Tensor.item() (a Python branch or size from a tensor's value)"),
+                   ("masked_select", "torch.masked_select"), ("aten.unique", "torch.unique"),
+                   ("aten.repeat_interleave", "torch.repeat_interleave with tensor repeats"))
+
+
+def data_dependent_op(err: BaseException) -> str:
+    """The operation whose output shape (or a Python branch) depends on tensor values, when ``err`` says so; ""
+    otherwise. Routing a mixture of experts' tokens by index is the usual case."""
+    text = f"{type(err).__name__}: {err}"
+    if type(err).__name__ in ("DynamicOutputShapeException", "DataDependentOutputException"):
+        return next((op for key, op in _DATA_DEPENDENT if key in text), _first_line(err) or type(err).__name__)
+    return next((op for key, op in _DATA_DEPENDENT if key in text), "")
+
+
+def _first_line(err: BaseException) -> str:
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 

@@ -48,6 +48,14 @@ def import_factory_model(spec: str, batch_size: int, precision: str, seq_len: in
     per-layer FLOPs, bytes, kernels and kinds, as the torch importer describes a module."""
     import torch
 
+    from ddpsim.workload.torch_autocast import autocast_on_cpu
+
+    with autocast_on_cpu(torch):
+        return _import_factory_model(torch, spec, batch_size, precision, seq_len, **kwargs)
+
+
+def _import_factory_model(torch: Any, spec: str, batch_size: int, precision: str, seq_len: int | None,
+                          **kwargs: Any) -> Workload:
     from ddpsim.workload.torch_import import _describe
 
     factory = load_factory_file(spec)

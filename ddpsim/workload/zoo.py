@@ -51,6 +51,7 @@ class _Builder:
         self.layers: list[Layer] = []
         self.activation_bytes = 0.0
         self.saved_by_layer: dict[str, float] = {}
+        self.transient_bytes = 0.0
 
     def add(
         self,
@@ -127,6 +128,7 @@ class _Builder:
             activation_bytes=self.activation_bytes,
             activation_source="the zoo's count of what autograd saves per layer",
             activation_bytes_by_layer=dict(self.saved_by_layer),
+            transient_bytes=self.transient_bytes,
             forward_order=forward_order,
         )
 
@@ -189,22 +191,25 @@ def _resnet50(b: _Builder) -> None:
 
 
 def _linear(b: _Builder, name: str, n_tokens: int, d_in: int, d_out: int, bias: bool = True,
-            extra_out_passes: float = 0.0, extra_kernels: int = 0, save_out: bool = False) -> None:
-    """nn.Linear over ``n_tokens`` rows; folded elementwise ops add passes over the output."""
+            extra_out_passes: float = 0.0, extra_kernels: int = 0, save_out: bool = False, saved_in: float = 1.0,
+            saved_extra: float = 0.0) -> None:
+    """nn.Linear over ``n_tokens`` rows; folded elementwise ops add passes over the output. Saved for backward:
+    ``saved_in`` copies of its input (0 where another op's saved tensor is the same one), its output where
+    ``save_out`` (the next op saves it), and ``saved_extra`` elements of folded ops."""
     params = [("weight", d_out * d_in)] + ([("bias", d_out)] if bias else [])
     out = n_tokens * d_out
     b.add(name, params, flops=2.0 * n_tokens * d_in * d_out, in_elems=n_tokens * d_in, out_elems=out,
           extra_elems=extra_out_passes * out, kernels=1 + extra_kernels, matmul_weight=d_out * d_in,
-          saved_elems=n_tokens * d_in + (out if save_out else 0))
+          saved_elems=saved_in * n_tokens * d_in + (out if save_out else 0) + saved_extra)
 
 
 def _norm(b: _Builder, name: str, n_tokens: int, d: int, bias: bool = True, kernels: int = 1,
-          residual: bool = False) -> None:
+          residual: bool = False, saved_elems: float | None = None) -> None:
     elems = n_tokens * d
     params = [("weight", d)] + ([("bias", d)] if bias else [])
     extra = (3 * elems if residual else 0) + (3 * elems if kernels > 1 else 0)
     b.add(name, params, in_elems=elems, out_elems=elems, extra_elems=extra,
-          kernels=kernels + (1 if residual else 0))
+          kernels=kernels + (1 if residual else 0), saved_elems=saved_elems)
 
 
 def _embedding(b: _Builder, name: str, rows: int, d: int, n_lookups: int, add_passes: int = 0) -> None:
@@ -230,6 +235,8 @@ def _lm_head(b: _Builder, name: str, n_tokens: int, d: int, vocab: int, params: 
     logits are written, cast, read by log_softmax, which writes and saves its fp32 output."""
     logits = n_tokens * vocab
     loss_passes = 4.0 * 4 / b.elt  # 4 fp32 passes over the logits, expressed in element passes
+    # backward starts with log-softmax's: its fp32 gradient in and out over the logits live beside every activation
+    b.transient_bytes = max(b.transient_bytes, 8.0 * logits)
     b.add(name, params, flops=2.0 * n_tokens * d * vocab, in_elems=n_tokens * d, out_elems=logits,
           extra_elems=loss_passes * logits, kernels=4, matmul_weight=vocab * d,
           saved_elems=n_tokens * d + logits * 4 / b.elt)
@@ -295,36 +302,76 @@ def _bert_large(b: _Builder, seq: int, n_layer: int = 24, d: int = 1024, ff: int
 
 
 def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int = 11008,
-              vocab: int = 32000, kv: int | None = None) -> list[str]:
+              vocab: int = 32000, kv: int | None = None, compute: str = "autocast", norm: str = "eager") -> list[str]:
     """HF LlamaForCausalLM (LLaMA-7B; Llama 3 8B with ``ff`` 14336, ``vocab`` 128256 and grouped-query
     attention: ``kv`` = 8 key/value heads of 128 = 1024): no biases, RMSNorm weights, lm_head untied.
     Registered per decoder layer: self_attn (q, k, v, o), mlp (gate, up, down), input_layernorm,
-    post_attention_layernorm; executed with the norms first."""
+    post_attention_layernorm; executed with the norms first.
+
+    What autograd keeps, per op, with fp32 parameters (DDP's, so the residual stream is fp32: the embedding's
+    output is, and adding a 16-bit projection to it stays fp32), e = the autocast element size (2 under AMP, 4 in
+    fp32), per token: each RMSNorm its fp32 input and its fp32 normalised output (8d bytes, whatever e); each
+    projection its input, which autocast casts to 16 bits once per projection (q, k and v: three copies of d;
+    gate and up: two), where in fp32 they share one tensor; SDPA q, k, v and its output (4de; the output is o_proj's
+    input, a view of it); SiLU its input, the gate-times-up product both operands, down its input (4 ff e). Per
+    block 34 d + 8 ff bytes per token under bf16 AMP, 40 d + 16 ff in fp32 (tests/test_one_model.py checks it with
+    torch's saved-tensor hooks on transformers' own LLaMA). The head: the final norm 8d, lm_head's input d e and
+    log-softmax's fp32 output 4 vocab.
+
+    ``compute`` "bf16": the parameters themselves are 16-bit while they compute (FSDP2's MixedPrecisionPolicy with
+    param_dtype bf16, no autocast): the residual stream is bf16, each projection reads the norm's bf16 output as it
+    is (one tensor shared by q, k and v, one by gate and up), and an eager RMSNorm saves its fp32 upcast (4d) and its
+    bf16 normalised output (2d): 24 d + 8 ff per token. ``norm`` "fused" (torchtitan's fused_rmsnorm): a norm saves
+    its input and a per-token rstd only (2d at bf16): 16 d + 8 ff."""
+    if compute not in ("autocast", "bf16") or norm not in ("eager", "fused"):
+        raise ValueError(f"compute {compute!r}, norm {norm!r}")
     bt = b.batch * seq
+    bf16_params = compute == "bf16"
+    # a projection's own cast of its input (autocast over fp32 parameters), else the one shared input
+    amp_copies = 1.0 if b.amp and not bf16_params else 0.0
+    norm_bytes = (2.0 if norm == "fused" else 6.0) if bf16_params else 8.0
+    norm_saved = norm_bytes / b.elt * bt * d  # in elements of b.elt
     _embedding(b, "model.embed_tokens", vocab, d, bt)
     registration = ["model.embed_tokens"]
     for i in range(n_layer):
         p = f"model.layers.{i}"
         # HF's eager RMSNorm: cast to fp32, pow, mean, rsqrt, mul, cast, mul: ~6 kernels.
-        _norm(b, f"{p}.input_layernorm", bt, d, bias=False, kernels=6)
+        _norm(b, f"{p}.input_layernorm", bt, d, bias=False, kernels=6, saved_elems=norm_saved)
         for proj in ("q_proj", "k_proj", "v_proj"):
-            _linear(b, f"{p}.self_attn.{proj}", bt, d, d if proj == "q_proj" or kv is None else kv, bias=False)
+            _linear(b, f"{p}.self_attn.{proj}", bt, d, d if proj == "q_proj" or kv is None else kv, bias=False,
+                    saved_in=1.0 if proj == "q_proj" else amp_copies)
         # rotary embedding on q and k (~10 elementwise kernels) + SDPA
         _attention_core(b, f"{p}.self_attn.core", b.batch, seq, d, kernels=12)
-        _linear(b, f"{p}.self_attn.o_proj", bt, d, d, bias=False, extra_out_passes=3, extra_kernels=1)
-        _norm(b, f"{p}.post_attention_layernorm", bt, d, bias=False, kernels=6)
+        _linear(b, f"{p}.self_attn.o_proj", bt, d, d, bias=False, extra_out_passes=3, extra_kernels=1, saved_in=0.0)
+        _norm(b, f"{p}.post_attention_layernorm", bt, d, bias=False, kernels=6, saved_elems=norm_saved)
         _linear(b, f"{p}.mlp.gate_proj", bt, d, ff, bias=False, extra_out_passes=2, extra_kernels=1,
                 save_out=True)
+        # the product saves both operands: up's output and SiLU's output (counted here)
         _linear(b, f"{p}.mlp.up_proj", bt, d, ff, bias=False, extra_out_passes=3, extra_kernels=1,
-                save_out=True)
+                save_out=True, saved_in=amp_copies, saved_extra=bt * ff)
         _linear(b, f"{p}.mlp.down_proj", bt, ff, d, bias=False, extra_out_passes=3, extra_kernels=1)
         registration += [f"{p}.self_attn.{x}" for x in ("q_proj", "k_proj", "v_proj", "o_proj")]
         registration += [f"{p}.mlp.{x}" for x in ("gate_proj", "up_proj", "down_proj")]
         registration += [f"{p}.input_layernorm", f"{p}.post_attention_layernorm"]
-    _norm(b, "model.norm", bt, d, bias=False, kernels=6)
+    _norm(b, "model.norm", bt, d, bias=False, kernels=6, saved_elems=norm_saved)
     _lm_head(b, "lm_head", bt, d, vocab, params=[("weight", vocab * d)])
     registration += ["model.norm", "lm_head"]
     return registration
+
+
+def llama_workload(batch_size: int, precision: str, seq_len: int, n_layer: int, d: int, ff: int, vocab: int,
+                   kv: int | None = None, name: str = "llama", compute: str = "autocast",
+                   norm: str = "eager") -> Workload:
+    """The zoo's LLaMA (HF LlamaForCausalLM's layout and saved tensors) at any size: ``llama-7b`` is
+    (32, 4096, 11008, 32000), ``llama3-8b`` (32, 4096, 14336, 128256, kv 1024). ``compute`` and ``norm``: see
+    ``_llama_7b`` (FSDP2's bf16 compute; torchtitan's fused RMSNorm)."""
+    b = _Builder(batch_size, precision)
+    registration = _llama_7b(b, seq_len, n_layer, d, ff, vocab, kv, compute, norm)
+    workload = b.build(name, precision, seq_len, registration)
+    if compute == "bf16":
+        return replace(workload, activation_source="the zoo's count of what autograd saves per layer, the parameters "
+                       f"computing in bf16{' with a fused RMSNorm' if norm == 'fused' else ''}")
+    return workload
 
 
 def _mlp(b: _Builder, depth: int, width: int, n_rows: int) -> None:

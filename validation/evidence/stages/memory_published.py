@@ -14,6 +14,14 @@
    8 H100 (96 GB HBM2e, Grand Teton), FSDP 8 / CP 1, local batch 1 of 32768 tokens, full activation
    checkpointing, torch.compile + Float8: 83.9 GiB, the memory torchtitan logs (the caching allocator's max
    reserved, which holds the allocated peak plus what the allocator keeps cached).
+3. Setups that ran on 80 GB A100s, with no memory figure published (they must fit): the PyTorch FSDP blog's
+   Llama 2 7B ("Maximizing training throughput using PyTorch FSDP", IBM and Meta, 2024; foundation-model-stack/
+   fms-fsdp): 128 A100 80 GB, FSDP full sharding, bf16 mixed precision, local batch 2 of 4096 tokens, no activation
+   checkpointing; and torchtitan's Llama 2 13B (``docs/performance.md``, "LLaMa 2 performance numbers", 64 A100
+   80 GB, FSDP2, local batch 2, no activation checkpointing; ``train_configs/llama2_13b.toml``: seq_len 4096,
+   AdamW, fused_rmsnorm). Both compute with the bf16 parameters FSDP gathers (no autocast over fp32 weights): the
+   zoo's LLaMA with ``compute="bf16"`` (fms-fsdp's RMSNorm in eager PyTorch, torchtitan's fused). The same LLaMA
+   under autocast over fp32 parameters (what a ``torch:`` or ``hf:`` model's world-size-1 step runs) is shown beside.
 """
 
 from __future__ import annotations
@@ -77,6 +85,37 @@ def torchtitan_row() -> dict[str, Any]:
             "parts_gib": {k: v / 2**30 for k, v in result.memory_bytes.items() if k != "total"}}
 
 
+# name, (layers, d, ff, vocab, kv), GPUs, batch, seq, norm, checkpoint every k-th block, reported GiB or None, source
+RAN_IN_80GB = (
+    ("FSDP blog Llama 2 7B", (32, 4096, 11008, 32000, None), 128, 2, 4096, "eager", 0, None,
+     "pytorch.org blog 'Maximizing training throughput using PyTorch FSDP' (fms-fsdp), 128 A100 80 GB"),
+    ("torchtitan Llama 2 13B", (40, 5120, 13824, 32000, None), 64, 2, 4096, "fused", 0, None,
+     "pytorch/torchtitan docs/performance.md, Llama 2 13B, batch 2, no AC, 64 A100 80 GB"),
+    ("torchtitan Llama 3.1 8B", (32, 4096, 14336, 128256, 1024), 8, 1, 32768, "fused", 1, TORCHTITAN_GIB,
+     TORCHTITAN_SOURCE + " (max reserved, torch.compile and Float8, 96 GB H100)"),
+)
+GPU_80GB_GIB = 80.0  # A100 / H100 80 GB: 80 GiB of HBM (ddpsim/hardware/catalog.py)
+
+
+def ran_rows() -> list[dict[str, Any]]:
+    """Each setup's ZeRO-3 peak per GPU: FSDP's bf16 compute (as the source ran it) and autocast over fp32 weights."""
+    from ddpsim.workload.zoo import llama_workload
+
+    rows = []
+    for name, (layers, d, ff, vocab, kv), gpus, batch, seq, norm, every, reported, source in RAN_IN_80GB:
+        totals = {}
+        for compute in ("bf16", "autocast"):
+            w = llama_workload(batch, "bf16-amp", seq, layers, d, ff, vocab, kv, compute=compute,
+                               norm=norm if compute == "bf16" else "eager")
+            m = memory_by_strategy(w, gpus, 8, shard_units(w), Precision("bf16", "fp32"), optimizer="adamw",
+                                   checkpoint_every=every)["zero3"]
+            totals[compute] = m["total"] / 2**30
+        rows.append({"name": name, "predicted_gib": totals["bf16"], "autocast_gib": totals["autocast"],
+                     "fits_80gb": totals["bf16"] <= GPU_80GB_GIB, "reported_gib": reported, "source": source,
+                     "error": totals["bf16"] / reported - 1.0 if reported else None})
+    return rows
+
+
 def run() -> str:
     lines = ["Model-state memory per GPU, 7.5 B parameters on 64 GPUs, mixed-precision Adam (ZeRO paper, Figure 1):", "",
              "| strategy | ddpsim GB | paper GB | difference | note |", "|---|---|---|---|---|"]
@@ -97,7 +136,15 @@ def run() -> str:
               f"the predicted reserved figure is {t['reserved_gib'][0]:.1f} to {t['reserved_gib'][1]:.1f} GiB: "
               f"{100 * (t['reserved_gib'][0] / t['reported_gib'] - 1):+.1f}% to "
               f"{100 * (t['reserved_gib'][1] / t['reported_gib'] - 1):+.1f}% of the reported {t['reported_gib']:.1f} GiB "
-              "(torch.compile and Float8 are not modelled)."]
+              "(torch.compile and Float8 are not modelled).", "",
+              "Setups that ran, ZeRO-3 (FSDP) peak per GPU, the source's own LLaMA computing with FSDP's bf16 "
+              "parameters; beside it the same model under autocast over fp32 parameters:", "",
+              "| setup | predicted GiB | fits 80 GB | reported | autocast GiB | source |", "|---|---|---|---|---|---|"]
+    for r in ran_rows():
+        reported = (f"{r['reported_gib']:.1f} GiB reserved ({100 * r['error']:+.1f}%)" if r["reported_gib"]
+                    else "ran (no figure)")
+        lines.append(f"| {r['name']} | {r['predicted_gib']:.1f} | {'yes' if r['fits_80gb'] else 'NO'} | {reported} | "
+                     f"{r['autocast_gib']:.1f} | {r['source']} |")
     return "\n".join(lines) + "\n"
 
 
