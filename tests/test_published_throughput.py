@@ -159,3 +159,17 @@ def test_sharded_compute_slowdown_is_the_overlap_benchs_median():
                     ratios.setdefault(d["transport"], []).append(d["compute_slowdown_ratio"])
     for link in ("nvlink", "shm", "socket"):
         assert COMPUTE_SLOWDOWN_BY_LINK[link] == pytest.approx(statistics.median(ratios[link]), abs=0.001)
+
+
+# Held-out rows that ddpsim prices in about a second each (the zoo's models; the LLM rows of Hugging Face
+# configurations take a minute each and are checked by the stage's committed output above): each is within the
+# issue's 15% of its published figure. None of them was fitted (the compute fit saw the A100 1-GPU TF32 row, two
+# V100 steps of another source, and torchtitan's Llama 2 13B row; see test_fit_rows_are_the_ones_the_compute_fit_names).
+_FAST_HELD_OUT = [s for s in SOURCES if not s.fit and s.scenario["workload"]["precision"] == "fp32"
+                  or s.row.startswith("7b,")]
+
+
+@pytest.mark.parametrize("source", _FAST_HELD_OUT, ids=lambda s: f"{s.gpu_kind} {s.row.split(':')[0]}")
+def test_held_out_rows_within_15_percent_of_their_published_figure(source):
+    assert not source.fit
+    assert abs(compare(source).error) <= WITHIN

@@ -112,8 +112,13 @@ class ClassFit:
             key, unit = compute_path(gpu, precision, cls)
             rest = "tensor" if unit == "tensor" else f"cuda-{cls}"
             kinds = self.support.get(rest, ())
-            where = f"{cls} on {'tensor cores' if unit == 'tensor' else 'CUDA cores'} at {key} " \
-                    f"({gpu.peak_flops_per_s[key] / 1e12:g} TF)"
+            peak = f"{gpu.peak_flops_per_s[key] / 1e12:g} TF"
+            if unit == "tensor":
+                where = f"{cls} on tensor cores at {key} ({peak})"
+            elif key == "fp32":
+                where = f"{cls} on CUDA cores at fp32 ({peak})"
+            else:
+                where = f"{cls} on CUDA cores ({gpu.name} has no {key} tensor cores; {peak})"
             if not kinds:
                 where += ": NO measurement of this unit supports its efficiency"
             elif not _covers(gpu.name, kinds):
