@@ -112,3 +112,19 @@ def test_nchw_16_bit_convolutions_pay_the_transposes_channels_last_does_not():
     # fp32 (TF32) convolutions are priced alike in both layouts
     assert layer_seconds(conv, gpu, "fp32", fit, False)[2] == layer_seconds(conv, gpu, "fp32", fit, False,
                                                                              channels_last=True)[2]
+
+
+@pytest.mark.parametrize("intra,expected", [("nvswitch", 1.374), ("nvlink-ring", 1.374), ("pcie", 1.282),
+                                            ("shm", 1.282), ("socket", 1.024)])
+def test_sharded_step_slows_compute_by_the_measured_ratio_of_its_link(intra, expected):
+    from ddpsim.loader import scenario_from_dict
+    from ddpsim.sharded_simulation import _compute_slowdown
+
+    base = {"workload": {"model": "llama-7b", "batch_size": 1, "precision": "bf16-amp", "seq_len": 512},
+            "parallel": {"strategy": "zero3"},
+            "cluster": {"gpu": "H100", "nodes": 1, "gpus_per_node": 8, "intra_node": {"type": intra}}}
+    value, source = _compute_slowdown(scenario_from_dict(base, file="<t>"))
+    assert value == expected and "measured" in source
+    # a scenario that sets the term keeps it
+    own = dict(base, overheads={"compute_slowdown": 1.5})
+    assert _compute_slowdown(scenario_from_dict(own, file="<t>"))[0] == 1.5
