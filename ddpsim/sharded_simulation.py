@@ -20,10 +20,12 @@ from ddpsim.hardware.compute import STATE_BYTES_PER_PARAM, StepCompute, resolve_
 from ddpsim.intervals import union_length
 from ddpsim.results import CollectiveRecord, Result
 from ddpsim.scenario.link_kinds import link_class_of_type, step_link_class
+from ddpsim.scenario.overheads import OverheadSpec
 from ddpsim.scenario.schema import Scenario
 from ddpsim.schemas import resolved_scenario
 from ddpsim.sharded.checkpointing import check_has_blocks, checkpoint_every, recomputed_layers
 from ddpsim.sharded.collectives import Price, allreduce_price, half_ring_price, measured_price, shard_groups
+from ddpsim.sharded.contention import MEASURED_ON, sharded_compute_slowdown
 from ddpsim.sharded.costs import layer_seconds, sharded_optimizer_s
 from ddpsim.sharded.memory import (
     Precision,
@@ -167,6 +169,19 @@ def _measured_curves(scenario: Scenario, over_world: bool, sources: dict[str, st
     return found
 
 
+def _compute_slowdown(scenario: Scenario) -> tuple[float, str]:
+    """The factor compute runs slower while a collective is in flight, and where it comes from: a scenario's or
+    calibration's own ``overheads.compute_slowdown`` where it sets one, else the overlap bench's measurement for
+    the link the collectives' kernels drive (``ddpsim.sharded.contention``)."""
+    default = OverheadSpec.__dataclass_fields__["compute_slowdown"].default
+    value = scenario.overheads.compute_slowdown
+    if scenario.calibration is not None or value != default:
+        return value, "overheads.compute_slowdown, as the scenario or its calibration sets it"
+    link = link_class_of_type(scenario.cluster.intra_node.type)
+    measured = sharded_compute_slowdown(link)
+    return measured, f"measured beside {link} all-reduces on {MEASURED_ON}; the median of its models"
+
+
 def _check(scenario: Scenario) -> None:
     sim = scenario.simulation
     strategy = scenario.parallel.strategy
@@ -216,6 +231,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
     replica = tuple(allreduce_price(groups.replicate, b, scenario.collective.algorithm, protocol)
                     if groups.replicate is not None else none for b in replica_bytes)
     launch_s = gpu.kernel_launch_s
+    slowdown, slowdown_from = _compute_slowdown(scenario)
     forward_s, backward_s = layer_seconds(workload, gpu, compute, scenario.workload.compute_efficiency)
     optimizer_s = sharded_optimizer_s(workload, gpu, compute.optimizer_s, n)
     costs = ShardedCosts(
@@ -229,7 +245,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         forward_host_s=tuple(len(u.param_indices) * parallel.forward_host_per_tensor_s for u in units),
         regather_host_s=tuple(len(u.param_indices) * parallel.regather_host_per_tensor_s for u in units),
         optimizer_s=optimizer_s,
-        compute_slowdown=scenario.overheads.compute_slowdown - 1.0 if communicating else 0.0,
+        compute_slowdown=slowdown - 1.0 if communicating else 0.0,
     )
     trace = simulate_step(costs, list(zip(ag_bytes, rs_bytes, replica_bytes, strict=True)))
     memory, totals, recommended, warnings = memory_check(scenario, workload, gpu)
@@ -243,8 +259,7 @@ def simulate_sharded(scenario: Scenario, workload: Workload, gpu: GPUSpec, compu
         "activations": ("the workload's own count of what autograd saves (zoo) or the torch importer's estimate, "
                         "not measured"),
         "sharded_overheads": (f"all-gather / reduce-scatter as NCCL's ring model prices them, sharing the ring's links "
-                              f"while both run; compute {scenario.overheads.compute_slowdown:g}x slower while one is in "
-                              "flight (overheads.compute_slowdown, from DDP's all-reduces: see DDP overheads); DDP's "
+                              f"while both run; compute {slowdown:g}x slower while one is in flight ({slowdown_from}); DDP's "
                               "bucket terms not applied; FSDP2's host work per parameter tensor "
                               f"{1e6 * parallel.forward_host_per_tensor_s:.0f} us before each unit's forward"
                               + (f", {1e6 * parallel.regather_host_per_tensor_s:.0f} us before each re-gathered "

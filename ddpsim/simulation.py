@@ -120,6 +120,8 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
         # the workload first: apply_calibration says when the calibration's overheads were fitted on other
         # models (and, with its comm_terms_fitted_models_only, leaves their communication terms out)
         workload = load_workload(scenario.workload, scenario.base_dir)
+        if scenario.workload.memory_format == "channels_last":
+            workload = replace(workload, channels_last=True)
         calibrated = apply_calibration(scenario, workload.name)
         scenario, protocol_table = calibrated.scenario, calibrated.protocol_table
         kinds = list(dict.fromkeys(get_gpu(name) for name in _gpu_names(scenario.cluster)))
@@ -159,7 +161,7 @@ def prepare(scenario: Scenario, fold: bool = True) -> Prepared:
     measured_in = workload.measured.source if workload.measured is not None else None
     measured_how = workload.measured.how if workload.measured is not None else ""
     sources = {"compute": compute_source(scenario, measured_in, workload.name, gpu.name, gpu.default_compute_efficiency,
-                                         measured_how, class_fit.describe() if class_fit is not None else ""),
+                                         measured_how, class_fit.describe(gpu, workload.precision) if class_fit is not None else ""),
                **calibrated.sources, "memory": memory_source(scenario, workload)}
     if carried is not None:
         sources["compute"] = carried

@@ -65,8 +65,8 @@ def test_run_result_v3_has_the_resolved_scenario_and_names(capsys):
     assert scenario["cluster"]["inter_node"]["latency_s"] == pytest.approx(7e-6)
     assert scenario["overheads"]["bucket_launch_s"] == pytest.approx(40e-6)  # OverheadSpec's documented default
     assert scenario["workload"] == {"model": "resnet50", "batch_size": 64, "precision": "fp32", "seq_len": None,
-                                    "optimizer": "auto", "activation_checkpointing": "none",
-                                    "compute_efficiency": None}
+                                    "optimizer": "auto", "memory_format": "channels_first",
+                                    "activation_checkpointing": "none", "compute_efficiency": None}
     # value_sources: keys name inputs; a value never hides in a key
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", key) for key in data["value_sources"])
 

@@ -49,6 +49,9 @@ class GPUSpec:
     datasheet: str = field(default="", compare=False)
     # substrings of torch.cuda.get_device_name() that name this GPU (a profile's fingerprint)
     device_names: tuple[str, ...] = field(default=(), compare=False)
+    # the keys of ``peak_flops_per_s`` that tensor (matrix) cores run; the others are CUDA-core rates
+    # (V100 has fp16 tensor cores only: its "tf32" and "bf16" are its fp32 CUDA-core rate)
+    tensor_keys: tuple[str, ...] = ("tf32", "bf16", "fp16")
 
     def __hash__(self) -> int:
         # The peak dict makes the generated hash fail; a GPU is identified by its name (sweep caches).
@@ -83,6 +86,7 @@ GPUS: dict[str, GPUSpec] = {
         datasheet="NVIDIA Tesla V100 datasheet (SXM2, 2020): FP32 15.7 TF, FP16 tensor 125 TF, 900 GB/s, "
                   "NVLink 300 GB/s",
         device_names=("V100-SXM2-32GB", "V100-32GB"),
+        tensor_keys=("fp16",),
     ),
     # NVIDIA Tesla V100 SXM2 16GB: the same datasheet, 16 GB HBM2.
     "V100-16GB": GPUSpec(
@@ -97,6 +101,7 @@ GPUS: dict[str, GPUSpec] = {
         nvlink_Bps=150e9,
         datasheet="NVIDIA Tesla V100 datasheet (SXM2 16GB): FP32 15.7 TF, FP16 tensor 125 TF, 900 GB/s",
         device_names=("V100-SXM2-16GB", "V100-16GB", "V100"),
+        tensor_keys=("fp16",),
     ),
     # NVIDIA A100 datasheet (SXM4 80GB): FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF (dense),
     # HBM2e 2,039 GB/s, 108 SMs.

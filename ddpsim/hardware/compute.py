@@ -207,7 +207,8 @@ def step_compute(workload: Workload, gpu: GPUSpec, efficiency: float | None = No
 
     def layer_s(layer: Layer, backward: bool) -> float:
         if per_class is not None:
-            return layer_seconds(layer, gpu, workload.precision, per_class, backward, cudnn_tf32)[2]
+            return layer_seconds(layer, gpu, workload.precision, per_class, backward, cudnn_tf32,
+                                 workload.channels_last)[2]
         if backward:
             return roofline_s(layer.backward_flops, layer.backward_bytes, 2 * layer.kernels, gpu,
                               workload.precision, efficiency, layer.kind, cudnn_tf32)

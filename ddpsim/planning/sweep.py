@@ -43,7 +43,8 @@ DASK_POLL_S = 1.0
 # 3: results are run-result documents of schema_version 2 (resolved scenario, parameter names per bucket).
 # 4: run-result 3: workload.optimizer and activation_checkpointing; memory counts the optimizer's states;
 #    the network_fold source and a third fabric tier in the resolved scenario.
-POINT_FORMAT = 4
+# 5: run-result 4: workload.memory_format; compute priced per unit (tensor or CUDA cores) with a kernel ramp.
+POINT_FORMAT = 5
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,11 @@ class WorkloadSpec:
         "adam/adamw 8) and its step's time where estimated; auto = a profile's own, else adamw for language "
         "models and sgd_momentum otherwise. ddpsim measure's @optimizer=sgd is sgd_momentum (momentum 0.9)",
         "auto", choices=OPTIMIZERS)
+    memory_format: str = spec(
+        "memory_format", "choice", "the convolutions' activation layout: channels_first (NCHW, PyTorch's default: "
+        "cuDNN transposes around each 16-bit tensor-core convolution) or channels_last (NHWC, "
+        "model.to(memory_format=torch.channels_last): no transposes)", "channels_first",
+        choices=("channels_first", "channels_last"))
     activation_checkpointing: str = spec(
         "activation_checkpointing", "text", "none, full (every block recomputes its forward in backward, keeping "
         "only its input) or every_K (every K-th block, torchtitan's selective layer AC); blocks are "

@@ -149,6 +149,8 @@ class Workload:
     # the profile's model_source ("builtin", "module:factory", "hf:..."): what builds the same model again,
     # for the per-class split that carries a profile to another GPU kind; empty where not known
     model_source: str = ""
+    # convolutions run NHWC (channels-last): cuDNN's 16-bit tensor-core kernels need no transposes around them
+    channels_last: bool = False
 
     @property
     def unused_params(self) -> tuple[int, ...]:

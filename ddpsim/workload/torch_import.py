@@ -9,6 +9,7 @@ kernel counts from a dispatch mode that sees every aten op each module runs.
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from typing import Any
 
 from ddpsim.errors import ScenarioError
 from ddpsim.workload.model import DTYPE_BYTES, Layer, ParamTensor, Workload
+from ddpsim.workload.torch_import_ops import data_dependent_message, fused_rnn_work, is_data_dependent
 from ddpsim.workload.zoo import ACTIVATION_BYTES
 
 FIELD = "workload.model"
@@ -173,6 +175,10 @@ class _Trace:
         self.kernels: dict[str, int] = {}
         self.bytes: dict[str, float] = {}
         self.bwd_extra: dict[str, float] = {}  # backward bytes beyond 2 x forward (embedding tables)
+        # forward FLOPs a causal fused attention skips (the tiles above the diagonal: half of SDPA's count)
+        self.causal_skip: dict[str, float] = {}
+        self.rnn_inputs: dict[str, tuple[int, ...]] = {}  # a recurrent module's input shape (torch_import_ops)
+        self.failed_op = ""  # the aten op that raised, where one did
         self.fused = 0  # > 0 inside an op that runs as one fused kernel on a GPU
         self.keep: list[Any] = []
         # Forward ops counted so far, and per module the count at its first call and at the first op
@@ -200,7 +206,11 @@ def _make_dispatch_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[i
 
     class _OpCounter(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
+            try:
+                out = func(*args, **(kwargs or {}))
+            except Exception:
+                trace.failed_op = trace.failed_op or str(func.overloadpacket.__name__)
+                raise
             if getattr(func, "is_view", False):
                 # Views launch no kernel and move no data; a view of a parameter (Linear's weight.t())
                 # is still the parameter. Keep the view alive so its id is not reused.
@@ -298,6 +308,12 @@ def _make_function_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[i
             owner = trace.stack[-1]
             trace.ops += 1
             trace.first_work.setdefault(owner, trace.ops)
+            q, k = args[0], args[1]
+            if (kwargs or {}).get("is_causal") and q.dim() >= 2:
+                # FlopCounterMode counts 4 x Tq x Tk x D per head (both matmuls); flash skips half of it
+                heads = math.prod(q.shape[:-2])
+                trace.causal_skip[owner] = (trace.causal_skip.get(owner, 0.0)
+                                            + 2.0 * heads * q.shape[-2] * k.shape[-2] * q.shape[-1])
             moved = sum(t.numel() for t in (*args[:3], out) if isinstance(t, torch.Tensor)) * elt
             trace.kernels[owner] = trace.kernels.get(owner, 0) + 1
             trace.bytes[owner] = trace.bytes.get(owner, 0.0) + moved
@@ -309,10 +325,11 @@ def _make_function_mode(torch: Any, trace: _Trace, elt: int, param_owner: dict[i
 class _ForwardFailed(Exception):
     """The model's forward raised: the error, and the innermost module running when it did."""
 
-    def __init__(self, error: Exception, module: str) -> None:
+    def __init__(self, error: Exception, module: str, op: str = "") -> None:
         super().__init__(str(error))
         self.error = error
         self.module = module
+        self.op = op
 
 
 def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, Any]], elt: int
@@ -337,6 +354,10 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
 
         handles.append(module.register_forward_pre_hook(pre))
         handles.append(module.register_forward_hook(post))
+        if isinstance(module, torch.nn.RNNBase):
+            def rnn_input(_m: Any, a: Any, name: str = name) -> None:
+                trace.rnn_inputs.setdefault(name, tuple(a[0].shape))
+            handles.append(module.register_forward_pre_hook(rnn_input))
         for param in module.parameters(recurse=False):
             param_owner.setdefault(id(param), name)  # frozen ones too: their bytes are read all the same
     for index, (_, _, param) in enumerate(ddp_parameters(model)):
@@ -357,7 +378,7 @@ def _trace_model(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str
                 try:
                     output = model(*args, **kwargs)
                 except Exception as err:
-                    raise _ForwardFailed(err, trace.stack[-1] if trace.stack else "") from err
+                    raise _ForwardFailed(err, trace.stack[-1] if trace.stack else "", trace.failed_op) from err
             forward = {k: float(sum(v.values())) for k, v in counter.get_flop_counts().items()}
             outs = [t for t in _output_tensors(torch, output) if t.requires_grad]
             trace.autograd_nodes = count_autograd_nodes(outs)
@@ -620,6 +641,8 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
                                 "cannot be traced on the CPU without the data; measure the step on a GPU with "
                                 f"`ddpsim measure --model {measured}` and name the profile it writes: "
                                 "workload.model: profile:PATH", field=FIELD) from None
+        if is_data_dependent(failed.op):
+            raise ScenarioError(f"{spec}: " + data_dependent_message(failed.op, where), field=FIELD) from None
         raise ScenarioError(f"forward of {spec} on {source} failed on the meta device{where}: "
                             f"{type(err).__name__}: {_first_line(err)}" + (f"; {hint}" if hint else ""),
                             field=FIELD) from None
@@ -638,8 +661,11 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
     layers: list[Layer] = []
     names: list[str] = []
     for name, module in model.named_modules():
-        own_fwd, own_bwd = fwd.get(name, 0.0), bwd.get(name, 0.0)
+        skip = trace.causal_skip.get(name, 0.0)
+        own_fwd, own_bwd = fwd.get(name, 0.0) - skip, bwd.get(name, 0.0) - 2.0 * skip
         kernels = trace.kernels.get(name, 0)
+        if name in trace.rnn_inputs:  # cuDNN's fused kernels, not the CPU decomposition's per-step ops
+            kernels, trace.bytes[name] = fused_rnn_work(module, trace.rnn_inputs[name], elt)
         params = params_of.get(name, [])
         if not params and own_fwd <= 0 and kernels == 0:
             continue

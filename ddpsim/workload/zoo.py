@@ -222,10 +222,11 @@ def _embedding(b: _Builder, name: str, rows: int, d: int, n_lookups: int, add_pa
           kernels=1 + (1 if add_passes else 0), saved_elems=0)
 
 
-def _attention_core(b: _Builder, name: str, batch: int, seq: int, d: int, kernels: int) -> None:
-    """QK^T, softmax, AV (SDPA): 4*B*T^2*d FLOPs; q, k, v in, one output, saved with logsumexp."""
+def _attention_core(b: _Builder, name: str, batch: int, seq: int, d: int, kernels: int, causal: bool = False) -> None:
+    """QK^T, softmax, AV (SDPA): 4*B*T^2*d FLOPs, half of it where causal (the fused kernel skips the tiles
+    above the diagonal); q, k, v in, one output, saved with logsumexp."""
     tokens = batch * seq
-    b.add(name, flops=4.0 * batch * seq * seq * d, in_elems=3 * tokens * d, out_elems=tokens * d,
+    b.add(name, flops=(2.0 if causal else 4.0) * batch * seq * seq * d, in_elems=3 * tokens * d, out_elems=tokens * d,
           extra_elems=2 * tokens * d, kernels=kernels, saved_elems=4 * tokens * d, matmul_weight=0,
           kind="attention")
 
@@ -253,7 +254,7 @@ def _gpt2(b: _Builder, seq: int, n_layer: int = 12, d: int = 768, vocab: int = 5
         p = f"h.{i}"
         _norm(b, f"{p}.ln_1", bt, d)
         _linear(b, f"{p}.attn.c_attn", bt, d, 3 * d)
-        _attention_core(b, f"{p}.attn.core", b.batch, seq, d, kernels=3)
+        _attention_core(b, f"{p}.attn.core", b.batch, seq, d, kernels=3, causal=True)
         _linear(b, f"{p}.attn.c_proj", bt, d, d, extra_out_passes=3, extra_kernels=1)
         _norm(b, f"{p}.ln_2", bt, d)
         _linear(b, f"{p}.mlp.c_fc", bt, d, 4 * d, extra_out_passes=2, extra_kernels=1, save_out=True)
@@ -341,7 +342,7 @@ def _llama_7b(b: _Builder, seq: int, n_layer: int = 32, d: int = 4096, ff: int =
             _linear(b, f"{p}.self_attn.{proj}", bt, d, d if proj == "q_proj" or kv is None else kv, bias=False,
                     saved_in=1.0 if proj == "q_proj" else amp_copies)
         # rotary embedding on q and k (~10 elementwise kernels) + SDPA
-        _attention_core(b, f"{p}.self_attn.core", b.batch, seq, d, kernels=12)
+        _attention_core(b, f"{p}.self_attn.core", b.batch, seq, d, kernels=12, causal=True)
         _linear(b, f"{p}.self_attn.o_proj", bt, d, d, bias=False, extra_out_passes=3, extra_kernels=1, saved_in=0.0)
         _norm(b, f"{p}.post_attention_layernorm", bt, d, bias=False, kernels=6, saved_elems=norm_saved)
         _linear(b, f"{p}.mlp.gate_proj", bt, d, ff, bias=False, extra_out_passes=2, extra_kernels=1,
