@@ -36,7 +36,7 @@ lint: $(VENV)/.installed-test
 	$(BIN)/mypy
 
 test: lint
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 2 --dist loadfile
 
 bench: $(VENV)/.installed
 	$(BIN)/python benchmarks/step_speed.py

@@ -56,7 +56,7 @@ def test_defaults_are_named_with_their_values_and_written_values_are_not(tmp_pat
     assert overheads.startswith("ddpsim's defaults") and "bucket_launch (40.0 us, fitted on 4 x H200 NVLink)" in overheads
     assert "copy_bandwidth (70% of the GPU's memory bandwidth)" in overheads and "comm_slowdown (1, no effect)" in overheads
     # no compute_efficiency written: the per-kernel-class fit prices the model, naming its values and interval
-    assert "per-class efficiencies (conv " in sources["compute"] and "us per module call, fitted on" in sources["compute"]
+    assert "per-class efficiencies (tensor cores and memory: conv " in sources["compute"] and "us per module call, fitted on" in sources["compute"]
     assert "(p10..p90)" in sources["compute"]
 
 

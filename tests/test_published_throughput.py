@@ -13,6 +13,7 @@ import statistics
 
 import pytest
 
+from ddpsim.jsonfile import open_data
 from validation.evidence.stages.published_throughput import DATA, ROOT, SOURCES, WITHIN, compare
 
 OUTPUT = os.path.join(ROOT, "validation", "reports", "published-throughput", "output.txt")
@@ -152,7 +153,7 @@ def test_sharded_compute_slowdown_is_the_overlap_benchs_median():
 
     ratios: dict[str, list[float]] = {}
     for campaign in ("h100x4-overlap-2026-11-27", "h100x4-overlap-2026-11-27b"):
-        with open(os.path.join(ROOT, "validation", "data", campaign, "overlap.jsonl")) as f:
+        with open_data(os.path.join(ROOT, "validation", "data", campaign, "overlap.jsonl")) as f:
             for line in f:
                 d = json.loads(line)
                 if d.get("status") == "ok" and d.get("compute_slowdown_ratio"):

@@ -99,6 +99,7 @@ def _load_profile(spec: WorkloadSpec, relative: str, base_dir: str,
         zoo = zoo_workload(workload.name, workload.batch_size, workload.precision, workload.seq_len)
         workload = replace(workload, activation_bytes=zoo.activation_bytes,
                            activation_bytes_by_layer=zoo.activation_bytes_by_layer,
+                           transient_bytes=zoo.transient_bytes,
                            activation_source=f"the zoo's count for {workload.name} (the {what} has no memory record)")
     return workload
 

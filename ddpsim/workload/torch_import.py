@@ -637,8 +637,10 @@ def _describe(torch: Any, model: Any, inputs: tuple[tuple[Any, ...], dict[str, A
         op = data_dependent_op(err)
         if op:
             measured = name if name.startswith("hf:") else spec
-            raise ScenarioError(f"forward of {spec}{where} takes a shape or a branch from the data ({op}), which "
-                                "cannot be traced on the CPU without the data; measure the step on a GPU with "
+            aten = f", {failed.op}" if failed.op else ""
+            raise ScenarioError(f"forward of {spec}{where} takes a shape or a branch from the data ({op}{aten}): what "
+                                "follows depends on the data and cannot be traced on the CPU without it; measure the "
+                                "step on a GPU with "
                                 f"`ddpsim measure --model {measured}` and name the profile it writes: "
                                 "workload.model: profile:PATH", field=FIELD) from None
         if is_data_dependent(failed.op):

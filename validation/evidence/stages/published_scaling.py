@@ -259,9 +259,9 @@ def _report() -> int:
           "size 1; slow-down = step at cap 1 over cap 25 - 1; factor apart = the larger over the smaller)\n")
     print("\n".join(lines))
     print(f"\ncap-1 slow-down within a factor {SLOWDOWN_FACTOR_TARGET:g} (the target): {within} of {total} as a "
-          f"percentage of the step; {within_ms} of {total} in milliseconds. The percentage is the measure: ddpsim's V100 "
-          "fp32 step is about twice the published one, and the arrival wait scales with the backward's kernel time, "
-          "so its milliseconds are inflated by the same compute error that its percentages are free of")
+          f"percentage of the step; {within_ms} of {total} in milliseconds. The percentage is the measure: the arrival "
+          "wait scales with the backward's kernel time, so milliseconds carry any error of ddpsim's V100 compute "
+          "(the step columns above) that the percentages are free of")
     print("1 GPU: the benchmark's DDP ran with one rank (PyTorch 1.4: reducer, copies and NCCL calls, +3% over no DDP "
           "and +0.3 to +1.2% more at cap 1); ddpsim simulates world size 1 as training without DDP")
     return 0
